@@ -1,0 +1,126 @@
+#include "fairseq_cpp/config/command_line.h"
+
+#include <algorithm>
+
+#include <fmt/format.h>
+
+#include "fairseq_cpp/core/errors.h"
+
+namespace fairseq_cpp::config {
+namespace {
+
+bool ends_with(const std::string& s, const std::string& suffix) {
+  return s.size() >= suffix.size() && s.compare(s.size() - suffix.size(), suffix.size(), suffix) == 0;
+}
+
+bool is_yaml_path(const std::string& arg) { return ends_with(arg, ".yaml") || ends_with(arg, ".yml"); }
+
+// "optimization.lr=3e-4": a dotted key before the first '='.
+bool is_assignment(const std::string& arg) {
+  auto eq = arg.find('=');
+  if (eq == std::string::npos || eq == 0) return false;
+  auto dot = arg.find('.');
+  return dot != std::string::npos && dot < eq && arg.find('/') > eq;
+}
+
+template <typename Named>
+bool has_name(const std::vector<Named>& items, const std::string& name) {
+  return std::any_of(items.begin(), items.end(), [&](const auto& item) { return item.first == name; });
+}
+
+}  // namespace
+
+CommandLine parse_command_line(const ProgramSpec& spec, const std::vector<std::string>& args) {
+  CommandLine cl;
+  std::vector<std::string> problems;
+  bool positional_taken = false;
+  for (size_t i = 0; i < args.size(); ++i) {
+    const std::string& arg = args[i];
+    std::string origin = fmt::format("argument {} `{}`", i + 1, arg);
+    if (arg == "--help" || arg == "-h") {
+      cl.help = true;
+    } else if (arg == "--dump-config") {
+      cl.dump_config = true;
+    } else if (arg == "--debug") {
+      cl.debug = true;
+    } else if (arg.rfind("--", 0) == 0 && arg.size() > 2) {
+      std::string name = arg.substr(2);
+      std::string value;
+      bool has_value = false;
+      if (auto eq = name.find('='); eq != std::string::npos) {
+        value = name.substr(eq + 1);
+        name = name.substr(0, eq);
+        has_value = true;
+      }
+      if (has_name(spec.switches, name)) {
+        if (has_value) problems.push_back(fmt::format("{}: `--{}` takes no value.", origin, name));
+        cl.switches.insert(name);
+        continue;
+      }
+      bool is_switch = false;
+      std::string key = key_for_flag(name, &is_switch);
+      if (key.empty()) {
+        std::vector<std::string> known = all_flags();
+        for (const auto& s : spec.switches) known.push_back(s.first);
+        for (const char* builtin : {"help", "dump-config", "debug"}) known.emplace_back(builtin);
+        std::string guess = nearest(name, known);
+        problems.push_back(
+            guess.empty() ? fmt::format("{}: `--{}` is not a flag of {}; `--help` lists them.", origin, name, spec.name)
+                          : fmt::format("{}: `--{}` is not a flag; did you mean `--{}`?", origin, name, guess));
+        continue;
+      }
+      if (!has_value) {
+        if (is_switch) {
+          value = "true";
+        } else if (i + 1 < args.size()) {
+          value = args[++i];
+        } else {
+          problems.push_back(fmt::format("{}: `--{}` needs a value (it sets `{}`).", origin, name, key));
+          continue;
+        }
+      }
+      cl.assignments.push_back({key, value, fmt::format("--{} {}", name, value)});
+    } else if (is_assignment(arg)) {
+      auto eq = arg.find('=');
+      cl.assignments.push_back({arg.substr(0, eq), arg.substr(eq + 1), fmt::format("command line `{}`", arg)});
+    } else if (is_yaml_path(arg)) {
+      if (!cl.config_file.empty())
+        problems.push_back(fmt::format("{}: a second config file; `{}` was given already (use overrides instead).",
+                                       origin, cl.config_file));
+      cl.config_file = arg;
+    } else if (cl.subcommand.empty() && !spec.subcommands.empty() && has_name(spec.subcommands, arg)) {
+      cl.subcommand = arg;
+    } else if (!spec.positional_key.empty() && !positional_taken) {
+      positional_taken = true;
+      cl.assignments.push_back({spec.positional_key, arg, fmt::format("argument {} `{}`", i + 1, arg)});
+    } else {
+      problems.push_back(fmt::format("{}: unexpected argument; expected {}.", origin,
+                                     spec.usage.empty() ? "a config file, section.key=value or --flag" : spec.usage));
+    }
+  }
+  if (!spec.subcommands.empty() && cl.subcommand.empty() && !cl.help) {
+    std::string names;
+    for (const auto& s : spec.subcommands) names += fmt::format("{}{}", names.empty() ? "" : ", ", s.first);
+    problems.push_back(fmt::format("{} needs a subcommand: one of {}.", spec.name, names));
+  }
+  if (!problems.empty()) throw ConfigError(std::move(problems));
+  return cl;
+}
+
+std::string help_text(const ProgramSpec& spec) {
+  std::string out = fmt::format("usage: {}\n\n{}\n", spec.usage, spec.description);
+  if (!spec.subcommands.empty()) {
+    out += "\nsubcommands:\n";
+    for (const auto& [name, help] : spec.subcommands) out += fmt::format("  {:<24} {}\n", name, help);
+  }
+  out += "\noptions:\n";
+  out += fmt::format("  {:<24} {}\n", "-h, --help", "show this help and exit");
+  out += fmt::format("  {:<24} {}\n", "--dump-config", "print the resolved configuration as YAML and exit");
+  out += fmt::format("  {:<24} {}\n", "--debug", "print stack traces with errors");
+  for (const auto& [name, help] : spec.switches) out += fmt::format("  {:<24} {}\n", "--" + name, help);
+  out += "\nconfiguration keys (YAML `section: {key: value}`, `section.key=value` or `--flag value`):\n";
+  out += describe_keys(spec.sections);
+  return out;
+}
+
+}  // namespace fairseq_cpp::config

@@ -1,0 +1,43 @@
+#pragma once
+// Loading the configuration: a YAML file of fairseq's config sections, then `section.key=value`
+// overrides in order, then validation that collects every problem before reporting.
+//
+//   Config cfg = load_config("configs/demo.yaml", {{"optimization.lr", "3e-4", "command line"}});
+//   std::cout << dump_config(cfg);   // YAML that load_config reads back to the same values
+
+#include <string>
+#include <vector>
+
+#include "fairseq_cpp/config/sections.h"
+
+namespace fairseq_cpp::config {
+
+// One key set outside the YAML file: "optimization.lr" = "3e-4". The value is YAML (a scalar,
+// "[0.9, 0.98]", or empty for null); `origin` says where it came from for error messages.
+struct Assignment {
+  std::string key;
+  std::string value;
+  std::string origin;
+};
+
+// Reads `path` (empty = defaults only), applies `assignments` in order and validates the result.
+// Throws ConfigError listing every problem: missing file, YAML syntax (file:line:column),
+// unknown sections or keys (with the nearest valid name), wrong types, out-of-range values.
+Config load_config(const std::string& path, const std::vector<Assignment>& assignments = {});
+
+// The whole configuration as YAML, every key of every section.
+std::string dump_config(const Config& config);
+
+// The --help listing of the keys of `sections` (all when empty): key, flag, type, default, help.
+std::string describe_keys(const std::vector<std::string>& sections = {});
+
+// The key that `--flag` sets ("max-tokens" -> "dataset.max_tokens"); empty when none does.
+// `is_switch` is set when the key is a bool that the flag alone turns on.
+std::string key_for_flag(const std::string& flag, bool* is_switch = nullptr);
+// All flags, for suggestions.
+std::vector<std::string> all_flags();
+
+// The nearest candidate to `word` by edit distance, or empty when nothing is close.
+std::string nearest(const std::string& word, const std::vector<std::string>& candidates);
+
+}  // namespace fairseq_cpp::config

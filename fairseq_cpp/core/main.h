@@ -1,0 +1,13 @@
+#pragma once
+// The one place where errors become exit codes: every program's main runs its body through
+// guarded_main. UserError (and ConfigError, one line per problem) => 2; any other failure => 1.
+// Messages are one line, "fairseq-cpp-train: error: ..."; stack traces only with --debug.
+
+#include <functional>
+#include <string>
+
+namespace fairseq_cpp::core {
+
+int guarded_main(const std::string& program, const std::function<int()>& body);
+
+}  // namespace fairseq_cpp::core

@@ -1,0 +1,77 @@
+#include "fairseq_cpp/core/runtime.h"
+
+#include <sched.h>
+
+#include <algorithm>
+#include <fstream>
+
+#include <ATen/ATen.h>
+#include <ATen/Parallel.h>
+
+#include "fairseq_cpp/core/logging.h"
+#include "fairseq_cpp/core/meters.h"
+
+namespace fairseq_cpp::core {
+namespace {
+
+// The file behind the libblas.so.3 mapping of this process, from /proc/self/maps.
+std::string loaded_blas_library() {
+  std::ifstream maps("/proc/self/maps");
+  std::string line;
+  while (std::getline(maps, line)) {
+    auto slash = line.find('/');
+    if (slash == std::string::npos) continue;
+    std::string path = line.substr(slash);
+    if (path.find("libblas.so") != std::string::npos || path.find("libopenblas") != std::string::npos) return path;
+  }
+  return "";
+}
+
+}  // namespace
+
+int available_cores() {
+  cpu_set_t set;
+  CPU_ZERO(&set);
+  if (sched_getaffinity(0, sizeof(set), &set) == 0) return std::max(1, CPU_COUNT(&set));
+  return std::max(1, static_cast<int>(at::get_num_interop_threads()));
+}
+
+int configure_cpu_threads(int requested, int local_processes) {
+  int threads = requested > 0 ? requested : std::max(1, available_cores() / std::max(1, local_processes));
+  at::set_num_threads(threads);
+  return threads;
+}
+
+BlasProbe probe_blas() {
+  constexpr int64_t n = 384;
+  at::Tensor a = at::rand({n, n});
+  at::Tensor b = at::rand({n, n});
+  at::mm(a, b);  // warm-up: first call loads and initialises the BLAS
+  double best = 1e9;
+  for (int i = 0; i < 5; ++i) {
+    double start = monotonic_seconds();
+    at::Tensor c = at::mm(a, b);
+    best = std::min(best, monotonic_seconds() - start);
+  }
+  BlasProbe probe;
+  probe.gflops = 2.0 * n * n * n / std::max(best, 1e-9) / 1e9;
+  probe.library = loaded_blas_library();
+  probe.slow = probe.gflops < kSlowBlasGflops;
+  return probe;
+}
+
+BlasProbe warn_if_slow_blas() {
+  BlasProbe probe = probe_blas();
+  if (probe.slow) {
+    log::warning("runtime",
+                 "fp32 matrix multiply runs at {:.1f} GFLOP/s through {}: this is the slow reference BLAS "
+                 "(about 20x slower). Fix: `apt-get install libopenblas0-pthread` or `update-alternatives --set "
+                 "libblas.so.3-x86_64-linux-gnu /usr/lib/x86_64-linux-gnu/openblas-pthread/libblas.so.3` (as root).",
+                 probe.gflops, probe.library.empty() ? "an unknown BLAS" : probe.library);
+  } else {
+    log::debug("runtime", "fp32 matrix multiply: {:.1f} GFLOP/s through {}", probe.gflops, probe.library);
+  }
+  return probe;
+}
+
+}  // namespace fairseq_cpp::core

@@ -1,0 +1,30 @@
+#pragma once
+// Process-wide compute settings for programs that train or run a model on the CPU:
+// intra-op threads (LIBTORCH.md trap 2) and a check that fp32 GEMM is not on the slow
+// reference BLAS (trap 1).
+
+#include <string>
+
+namespace fairseq_cpp::core {
+
+// Cores this process may run on (its CPU affinity mask).
+int available_cores();
+
+// Sets LibTorch's intra-op threads: `requested` when > 0, else available cores / local processes
+// (at least 1). Returns the number set.
+int configure_cpu_threads(int requested, int local_processes);
+
+struct BlasProbe {
+  double gflops = 0;    // measured fp32 GEMM speed, best of five 384^3 multiplies
+  std::string library;  // the libblas.so.3 this process loaded (real path), empty if none
+  bool slow = false;    // below kSlowBlasGflops: almost certainly the netlib reference BLAS
+};
+// The netlib reference BLAS reaches about 6 GFLOP/s here, OpenBLAS 80-200 on one or two cores.
+inline constexpr double kSlowBlasGflops = 12.0;
+
+// Times a small fp32 matmul (about 5 ms on a fast BLAS, 100 ms on the reference one).
+BlasProbe probe_blas();
+// Probes and logs a warning that names the fix when the GEMM path is slow; returns the probe.
+BlasProbe warn_if_slow_blas();
+
+}  // namespace fairseq_cpp::core

@@ -1,0 +1,20 @@
+#pragma once
+// The programs: each one's command-line spec and its body. cli/*.cpp are one-line mains over these.
+
+#include "fairseq_cpp/tasks/program.h"
+
+namespace fairseq_cpp::tasks {
+
+const config::ProgramSpec& train_spec();
+const config::ProgramSpec& preprocess_spec();
+const config::ProgramSpec& generate_spec();
+const config::ProgramSpec& interactive_spec();
+const config::ProgramSpec& eval_spec();
+
+int train_main(const Invocation& inv);
+int preprocess_main(const Invocation& inv);
+int generate_main(const Invocation& inv);
+int interactive_main(const Invocation& inv);
+int eval_main(const Invocation& inv);
+
+}  // namespace fairseq_cpp::tasks

@@ -1,0 +1,160 @@
+// The programs as a user runs them: --help, --dump-config, bad configs and their exit codes.
+#include <gtest/gtest.h>
+
+#include <filesystem>
+
+#include "fairseq_cpp/config/config.h"
+#include "fairseq_cpp/tasks/programs.h"
+#include "tests/support/test_support.h"
+
+namespace fairseq_cpp {
+namespace {
+
+using testing::program;
+using testing::run;
+using testing::TempDir;
+
+const char* kPrograms[] = {"fairseq-cpp-train", "fairseq-cpp-preprocess", "fairseq-cpp-generate",
+                           "fairseq-cpp-interactive", "fairseq-cpp-eval"};
+
+TEST(Cli, EveryProgramAnswersHelp) {
+  for (const char* name : kPrograms) {
+    auto r = run({program(name), "--help"});
+    EXPECT_EQ(r.exit_code, 0) << name << "\n" << r.err;
+    EXPECT_EQ(r.out.rfind(std::string("usage: ") + name, 0), 0u) << name << "\n" << r.out;
+    EXPECT_NE(r.out.find("--dump-config"), std::string::npos) << name;
+  }
+}
+
+TEST(Cli, TrainHelpListsEveryKeyWithTypeDefaultAndDescription) {
+  auto r = run({program("fairseq-cpp-train"), "--help"});
+  ASSERT_EQ(r.exit_code, 0);
+  const auto& wanted = tasks::train_spec().sections;
+  config::Config defaults;
+  int listed = 0;
+  for (const auto& section : config::describe(defaults)) {
+    bool shown = std::find(wanted.begin(), wanted.end(), section.name()) != wanted.end();
+    for (const auto& f : section.fields()) {
+      std::string key = section.name() + "." + f.name + " (--" + f.flag_name() + ")";
+      auto at = r.out.find("  " + key + " ");
+      if (!shown) {
+        EXPECT_EQ(at, std::string::npos) << key << " is not a training key";
+        continue;
+      }
+      ASSERT_NE(at, std::string::npos) << key << " missing from --help";
+      std::string line = r.out.substr(at, r.out.find('\n', at) - at);
+      EXPECT_NE(line.find(" " + f.type_name() + " "), std::string::npos) << line;
+      EXPECT_NE(line.find(f.help), std::string::npos) << line;
+      ++listed;
+    }
+  }
+  EXPECT_GT(listed, 100);
+  // Defaults as a fairseq user knows them.
+  EXPECT_NE(r.out.find("optimization.lr (--lr)"), std::string::npos);
+  EXPECT_NE(r.out.find("[0.25]"), std::string::npos);
+  EXPECT_NE(r.out.find("checkpoint_last.pt"), std::string::npos);
+}
+
+struct BadConfig {
+  const char* name;
+  const char* yaml;
+  std::vector<std::string> expected;  // every line of stderr, after "fairseq-cpp-train: error: <file>"
+};
+
+void PrintTo(const BadConfig& c, std::ostream* os) { *os << c.name; }
+
+class CliBadConfig : public ::testing::TestWithParam<BadConfig> {};
+
+TEST_P(CliBadConfig, ExitsTwoWithEveryProblemOnItsOwnLine) {
+  TempDir dir;
+  std::string path = dir.write("train.yaml", GetParam().yaml);
+  auto r = run({program("fairseq-cpp-train"), path});
+  EXPECT_EQ(r.exit_code, 2) << r.err;
+  EXPECT_TRUE(r.out.empty()) << r.out;
+  std::string expected;
+  for (const auto& line : GetParam().expected) expected += "fairseq-cpp-train: error: " + path + line + "\n";
+  EXPECT_EQ(r.err, expected);
+}
+
+INSTANTIATE_TEST_SUITE_P(
+    Cases, CliBadConfig,
+    ::testing::Values(
+        BadConfig{"UnknownKeyNearMiss",
+                  "optimization:\n  max_updates: 5\n",
+                  {":2:3: `optimization.max_updates` is not a key; did you mean `optimization.max_update`?"}},
+        BadConfig{"WrongType",
+                  "dataset:\n  max_tokens: 4k\n",
+                  {":2:15: `dataset.max_tokens` must be an integer, but is \"4k\" instead."}},
+        BadConfig{"OutOfRange",
+                  "model:\n  dropout: 1.5\n",
+                  {":2:12: `model.dropout` must be less than or equal to 1, but is 1.5 instead."}},
+        BadConfig{"YamlSyntax",
+                  "common:\n  seed: 1\n bad indentation: [\n",
+                  {":3:2: YAML syntax error: end of map not found."}},
+        BadConfig{
+            "SeveralAtOnce",
+            "optimization:\n  max_updates: 5\n  clip_norm: -1\ncommon:\n  log_format: xml\n",
+            {":2:3: `optimization.max_updates` is not a key; did you mean `optimization.max_update`?",
+             ":3:14: `optimization.clip_norm` must be greater than or equal to 0, but is -1 instead.",
+             ":5:15: `common.log_format` must be one of \"\", tqdm, simple, json, none, but is \"xml\" instead."}}),
+    [](const auto& info) { return std::string(info.param.name); });
+
+TEST(Cli, MissingConfigFile) {
+  auto r = run({program("fairseq-cpp-train"), "/nonexistent/train.yaml"});
+  EXPECT_EQ(r.exit_code, 2);
+  EXPECT_EQ(r.err, "fairseq-cpp-train: error: config file `/nonexistent/train.yaml` does not exist.\n");
+}
+
+TEST(Cli, BadOverridesAndFlags) {
+  auto r = run({program("fairseq-cpp-train"), "optimization.lr=fast", "--max-tokenz", "10"});
+  EXPECT_EQ(r.exit_code, 2);
+  EXPECT_NE(r.err.find("fairseq-cpp-train: error: argument 2 `--max-tokenz`: `--max-tokenz` is not a flag; did you "
+                       "mean `--max-tokens`?"),
+            std::string::npos)
+      << r.err;
+  r = run({program("fairseq-cpp-train"), "optimization.lr=fast"});
+  EXPECT_EQ(r.exit_code, 2);
+  EXPECT_EQ(r.err,
+            "fairseq-cpp-train: error: command line `optimization.lr=fast`: `optimization.lr` must be a list of "
+            "numbers, but has the element \"fast\".\n");
+  r = run({program("fairseq-cpp-eval"), "data-bin"});
+  EXPECT_EQ(r.exit_code, 2);
+  EXPECT_NE(r.err.find("needs a subcommand: one of validate, score."), std::string::npos);
+}
+
+TEST(Cli, DumpConfigPrintsTheResolvedConfigThatLoadsBack) {
+  TempDir dir;
+  std::string path = dir.write("train.yaml", "optimization:\n  lr: 0.0005\n  max_update: 952\n");
+  auto r = run({program("fairseq-cpp-train"), path, "--max-tokens", "4096", "model.dropout=0.1", "--dump-config"});
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  config::Config cfg = config::load_config(dir.write("dumped.yaml", r.out));
+  EXPECT_EQ(cfg.optimization.lr, std::vector<double>{0.0005});
+  EXPECT_EQ(cfg.optimization.max_update, 952);
+  EXPECT_EQ(cfg.dataset.max_tokens, 4096);
+  EXPECT_EQ(cfg.model.dropout, 0.1);
+}
+
+TEST(Cli, DebugAddsAStackTrace) {
+  auto r = run({program("fairseq-cpp-train"), "--debug", "common.cpu_threads=1"});
+  EXPECT_EQ(r.exit_code, 1);
+  EXPECT_NE(r.err.find("fairseq-cpp-train: error: training is not available yet"), std::string::npos) << r.err;
+  EXPECT_NE(r.err.find("#0 "), std::string::npos) << r.err;
+  r = run({program("fairseq-cpp-train"), "common.cpu_threads=1"});
+  EXPECT_EQ(r.err.find("#0 "), std::string::npos) << r.err;
+}
+
+// LIBTORCH.md trap 1: the programs measure GEMM speed and name the fix when it is slow.
+const char* kReferenceBlas = "/usr/lib/x86_64-linux-gnu/blas/libblas.so.3";
+
+TEST(Cli, WarnsOnTheSlowReferenceBlas) {
+  ASSERT_TRUE(std::filesystem::exists(kReferenceBlas)) << "tools/setup.sh installs libblas3 for this test";
+  auto slow = run({program("fairseq-cpp-train"), "common.cpu_threads=1"}, {{"LD_PRELOAD", kReferenceBlas}});
+  EXPECT_NE(slow.err.find("this is the slow reference BLAS"), std::string::npos) << slow.err;
+  EXPECT_NE(slow.err.find("apt-get install libopenblas0-pthread"), std::string::npos) << slow.err;
+  auto fast = run({program("fairseq-cpp-train"), "common.cpu_threads=1"});
+  EXPECT_EQ(fast.err.find("slow reference BLAS"), std::string::npos) << fast.err;
+  EXPECT_NE(fast.err.find("[runtime] 1 intra-op CPU threads"), std::string::npos) << fast.err;
+}
+
+}  // namespace
+}  // namespace fairseq_cpp

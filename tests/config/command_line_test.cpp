@@ -1,0 +1,116 @@
+#include "fairseq_cpp/config/command_line.h"
+
+#include <gtest/gtest.h>
+
+#include "fairseq_cpp/core/errors.h"
+
+namespace fairseq_cpp::config {
+namespace {
+
+ProgramSpec spec_with(std::string positional = "", std::vector<std::pair<std::string, std::string>> subcommands = {}) {
+  ProgramSpec spec;
+  spec.name = "prog";
+  spec.usage = "prog [CONFIG.yaml]";
+  spec.positional_key = std::move(positional);
+  spec.switches = {{"dry-run-distributed", "print the topology"}};
+  spec.subcommands = std::move(subcommands);
+  return spec;
+}
+
+std::vector<std::string> problems_of(const ProgramSpec& spec, const std::vector<std::string>& args) {
+  try {
+    parse_command_line(spec, args);
+  } catch (const ConfigError& e) {
+    return e.problems();
+  }
+  return {};
+}
+
+TEST(CommandLine, ConfigFileOverridesAndFlags) {
+  auto cl = parse_command_line(spec_with(), {"configs/demo.yaml", "optimization.lr=3e-4", "--max-tokens", "4096",
+                                             "--fp16", "--update-freq=2", "--keep-last-epochs", "-1", "--debug"});
+  EXPECT_EQ(cl.config_file, "configs/demo.yaml");
+  EXPECT_TRUE(cl.debug);
+  ASSERT_EQ(cl.assignments.size(), 5u);
+  EXPECT_EQ(cl.assignments[0].key, "optimization.lr");
+  EXPECT_EQ(cl.assignments[0].value, "3e-4");
+  EXPECT_EQ(cl.assignments[1].key, "dataset.max_tokens");
+  EXPECT_EQ(cl.assignments[1].value, "4096");
+  EXPECT_EQ(cl.assignments[2].key, "common.fp16");
+  EXPECT_EQ(cl.assignments[2].value, "true");
+  EXPECT_EQ(cl.assignments[3].key, "optimization.update_freq");
+  EXPECT_EQ(cl.assignments[3].value, "2");
+  EXPECT_EQ(cl.assignments[4].key, "checkpoint.keep_last_epochs");
+  EXPECT_EQ(cl.assignments[4].value, "-1");
+  Config cfg = load_config("", cl.assignments);
+  EXPECT_EQ(cfg.dataset.max_tokens, 4096);
+  EXPECT_TRUE(cfg.common.fp16);
+  EXPECT_EQ(cfg.checkpoint.keep_last_epochs, -1);
+}
+
+TEST(CommandLine, FairseqRegistryFlags) {
+  auto cl = parse_command_line(
+      spec_with(), {"--arch", "transformer_iwslt_de_en", "--optimizer", "adam", "--lr-scheduler", "inverse_sqrt",
+                    "--warmup-updates", "400", "--criterion", "label_smoothed_cross_entropy", "--task", "translation"});
+  Config cfg = load_config("", cl.assignments);
+  EXPECT_EQ(cfg.model.arch, "transformer_iwslt_de_en");
+  EXPECT_EQ(cfg.optimizer._name, "adam");
+  EXPECT_EQ(cfg.criterion._name, "label_smoothed_cross_entropy");
+  EXPECT_EQ(cfg.task._name, "translation");
+  EXPECT_EQ(cl.assignments[2].key, "lr_scheduler._name");
+}
+
+TEST(CommandLine, SwitchesPositionalAndSubcommand) {
+  auto cl = parse_command_line(spec_with("task.data", {{"validate", ""}, {"score", ""}}),
+                               {"validate", "data-bin/multi30k", "--dry-run-distributed", "--path", "ckpt.pt"});
+  EXPECT_EQ(cl.subcommand, "validate");
+  EXPECT_TRUE(cl.switches.count("dry-run-distributed"));
+  ASSERT_EQ(cl.assignments.size(), 2u);
+  EXPECT_EQ(cl.assignments[0].key, "task.data");
+  EXPECT_EQ(cl.assignments[0].value, "data-bin/multi30k");
+  EXPECT_EQ(cl.assignments[1].key, "common_eval.path");
+}
+
+TEST(CommandLine, PathWithEqualsIsNotAnAssignment) {
+  auto cl = parse_command_line(spec_with("task.data"), {"data/a.b=c"});
+  ASSERT_EQ(cl.assignments.size(), 1u);
+  EXPECT_EQ(cl.assignments[0].key, "task.data");
+}
+
+TEST(CommandLine, HelpNeedsNothingElse) {
+  auto cl = parse_command_line(spec_with("", {{"validate", ""}}), {"--help"});
+  EXPECT_TRUE(cl.help);
+  EXPECT_TRUE(parse_command_line(spec_with(), {"-h"}).help);
+  EXPECT_TRUE(parse_command_line(spec_with(), {"--dump-config"}).dump_config);
+}
+
+TEST(CommandLine, EveryBadArgumentIsReported) {
+  auto problems = problems_of(spec_with(), {"a.yaml", "b.yml", "--max-token", "5", "stray", "--seed"});
+  ASSERT_EQ(problems.size(), 5u);
+  EXPECT_EQ(problems[0],
+            "argument 2 `b.yml`: a second config file; `a.yaml` was given already (use overrides instead).");
+  EXPECT_EQ(problems[1], "argument 3 `--max-token`: `--max-token` is not a flag; did you mean `--max-tokens`?");
+  EXPECT_EQ(problems[2], "argument 4 `5`: unexpected argument; expected prog [CONFIG.yaml].");
+  EXPECT_EQ(problems[3], "argument 5 `stray`: unexpected argument; expected prog [CONFIG.yaml].");
+  EXPECT_EQ(problems[4], "argument 6 `--seed`: `--seed` needs a value (it sets `common.seed`).");
+}
+
+TEST(CommandLine, SwitchTakesNoValueAndSubcommandIsRequired) {
+  auto problems = problems_of(spec_with("", {{"validate", ""}, {"score", ""}}), {"--dry-run-distributed=1"});
+  ASSERT_EQ(problems.size(), 2u);
+  EXPECT_EQ(problems[0], "argument 1 `--dry-run-distributed=1`: `--dry-run-distributed` takes no value.");
+  EXPECT_EQ(problems[1], "prog needs a subcommand: one of validate, score.");
+}
+
+TEST(CommandLine, HelpTextListsEveryKeyOfItsSections) {
+  ProgramSpec spec = spec_with();
+  spec.sections = {"generation"};
+  std::string help = help_text(spec);
+  EXPECT_NE(help.find("usage: prog [CONFIG.yaml]"), std::string::npos);
+  EXPECT_NE(help.find("--dry-run-distributed"), std::string::npos);
+  EXPECT_NE(help.find("generation.beam (--beam)"), std::string::npos);
+  EXPECT_EQ(help.find("optimization.lr"), std::string::npos);
+}
+
+}  // namespace
+}  // namespace fairseq_cpp::config

@@ -15,3 +15,7 @@ inline constexpr const char* kTorchVersion = TORCH_VERSION;
 inline constexpr bool kHasFusedAttention = FSQ_TORCH_AT_LEAST(2, 0);
 
 }  // namespace fairseq_cpp::compat
+
+// c10d: Gloo and NCCL derive from c10d::ProcessGroup in 1.13 and from c10d::Backend in 2.x; the
+// collectives we call (allreduce, allgather, broadcast) have the same signatures in both.
+#define FSQ_C10D_HAS_BACKEND FSQ_TORCH_AT_LEAST(2, 0)

@@ -43,6 +43,7 @@ int run_program(int argc, char** argv, const config::ProgramSpec& spec, const Pr
     for (const auto& a : args)
       if (a == "--debug") core::set_debug(true);
     Invocation inv;
+    inv.argv.assign(argv, argv + argc);
     inv.command_line = config::parse_command_line(spec, args);
     if (inv.command_line.help) {
       fmt::print("{}", config::help_text(spec));

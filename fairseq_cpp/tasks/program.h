@@ -12,6 +12,7 @@
 namespace fairseq_cpp::tasks {
 
 struct Invocation {
+  std::vector<std::string> argv;     // the program's arguments, argv[0] first
   config::CommandLine command_line;  // what was asked
   config::Config config;             // the resolved, validated config
   int cpu_threads = 0;               // intra-op threads set (0 when the program computes nothing)

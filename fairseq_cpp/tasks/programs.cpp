@@ -1,6 +1,9 @@
 #include "fairseq_cpp/tasks/programs.h"
 
+#include <fmt/core.h>
+
 #include "fairseq_cpp/core/errors.h"
+#include "fairseq_cpp/tasks/distributed_setup.h"
 
 namespace fairseq_cpp::tasks {
 
@@ -13,7 +16,7 @@ const config::ProgramSpec& train_spec() {
       {"common", "distributed_training", "dataset", "task", "model", "criterion", "optimizer", "lr_scheduler",
        "optimization", "checkpoint"},
       "",
-      {},
+      {{"dry-run-distributed", "print the resolved distributed topology of this process and exit"}},
       {},
       true};
   return spec;
@@ -78,8 +81,19 @@ const config::ProgramSpec& eval_spec() {
 }
 
 // The programs' work arrives issue by issue; until then they refuse honestly.
-int train_main(const Invocation&) { raise<NotImplementedError>("training is not available yet (issue #6)."); }
-int preprocess_main(const Invocation&) { raise<NotImplementedError>("preprocessing is not available yet (issue #4)."); }
+int train_main(const Invocation& inv) {
+  distributed::Topology topology = distributed::resolve_topology(topology_inputs(inv.config));
+  if (inv.command_line.switches.count("dry-run-distributed")) {
+    fmt::print("{}\n", topology.describe());
+    return kExitOk;
+  }
+  return distributed::launch(topology, inv.argv, launch_options(inv.config), [](distributed::Gang&) -> int {
+    raise<NotImplementedError>("training is not available yet (issue #6).");
+  });
+}
+int preprocess_main(const Invocation&) {
+  raise<NotImplementedError>("preprocessing is not available yet (issue #4).");
+}
 int generate_main(const Invocation&) { raise<NotImplementedError>("generation is not available yet (issue #7)."); }
 int interactive_main(const Invocation&) {
   raise<NotImplementedError>("interactive translation is not available yet (issue #7).");

@@ -30,9 +30,33 @@ struct RunResult {
   std::string err;     // standard error
 };
 
-// Runs `argv` (argv[0] a path) with `env` added to this process's environment and `input` on stdin.
+// Runs `argv` (argv[0] a path) with `env` added to this process's environment (an empty value
+// unsets the variable) and `input` on stdin.
 RunResult run(const std::vector<std::string>& argv, const std::map<std::string, std::string>& env = {},
               const std::string& input = "");
+
+// A program running in the background, its output going to files; killed if still running at
+// destruction.
+class BackgroundProcess {
+ public:
+  BackgroundProcess(const std::vector<std::string>& argv, const std::map<std::string, std::string>& env = {});
+  ~BackgroundProcess();
+  BackgroundProcess(const BackgroundProcess&) = delete;
+  BackgroundProcess& operator=(const BackgroundProcess&) = delete;
+  int pid() const { return pid_; }
+  std::string out() const;
+  std::string err() const;
+  // Waits until stdout contains `text` `count` times; false after `timeout_seconds`.
+  bool wait_for_output(const std::string& text, double timeout_seconds, int count = 1) const;
+  // The exit code (128 + signal when killed), or -1 when still running after `timeout_seconds`.
+  int wait(double timeout_seconds);
+  void signal(int signo) const;
+
+ private:
+  TempDir io_;
+  int pid_ = -1;
+  int exit_code_ = -1;
+};
 
 // The path of a built program, e.g. program("fairseq-cpp-train") ($FSQ_BIN_DIR, else the build tree).
 std::string program(const std::string& name);

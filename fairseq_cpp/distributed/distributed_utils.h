@@ -1,0 +1,41 @@
+#pragma once
+// fairseq's distributed_utils names on top of a Gang. Values that travel between ranks are JSON
+// values encoded as CBOR: no pickle, nothing executes on decode.
+//
+//   auto logs = all_gather_list(gang, {{"loss", 2.1}, {"oom", 0}}, 16384);  // one entry per rank
+//   auto sums = all_reduce_dict(gang, {{"ntokens", 3454.0}, {"loss", loss_tensor}});
+
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <string>
+#include <variant>
+#include <vector>
+
+#include <nlohmann/json_fwd.hpp>
+
+#include "fairseq_cpp/distributed/gang.h"
+
+namespace fairseq_cpp::distributed {
+
+inline bool is_master(const Gang& gang) { return gang.rank() == 0; }
+inline int get_rank(const Gang& gang) { return gang.rank(); }
+inline int get_world_size(const Gang& gang) { return gang.size(); }
+inline void all_reduce(Gang& gang, at::Tensor& tensor, ReduceOp op = ReduceOp::sum) { gang.all_reduce(tensor, op); }
+
+// One value from every rank, in rank order. The encoded sizes travel first, so when any rank's
+// value is over `max_size` bytes every rank throws the same UserError (no rank hangs).
+std::vector<nlohmann::json> all_gather_list(Gang& gang, const nlohmann::json& value, int64_t max_size = 16384);
+
+// `value` of rank `root` on every rank.
+nlohmann::json broadcast_object(Gang& gang, const nlohmann::json& value, int root = 0);
+
+// A value in all_reduce_dict: a number on the host, or a tensor on the host or the gang's device.
+using DictValue = std::variant<double, int64_t, at::Tensor>;
+
+// Sums every entry across ranks (same keys on every rank) in at most two collectives: one for
+// host values, one for device tensors. Values come back with their original type, device,
+// dtype and shape.
+std::map<std::string, DictValue> all_reduce_dict(Gang& gang, const std::map<std::string, DictValue>& values);
+
+}  // namespace fairseq_cpp::distributed

@@ -1,0 +1,226 @@
+#include "fairseq_cpp/distributed/launcher.h"
+
+#include <fcntl.h>
+#include <poll.h>
+#include <signal.h>
+#include <sys/prctl.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstring>
+#include <map>
+#include <memory>
+
+#include <fmt/format.h>
+
+#include "fairseq_cpp/core/logging.h"
+#include "fairseq_cpp/core/meters.h"
+#include "fairseq_cpp/distributed/process_group_gang.h"
+
+namespace fairseq_cpp::distributed {
+namespace {
+
+// Signals the parent forwards to its children, delivered through a self-pipe.
+constexpr int kForwarded[] = {SIGINT, SIGTERM, SIGUSR1};
+int g_signal_pipe[2] = {-1, -1};
+
+void on_signal(int signo) {
+  unsigned char byte = static_cast<unsigned char>(signo);
+  [[maybe_unused]] ssize_t n = write(g_signal_pipe[1], &byte, 1);
+}
+
+std::string signal_text(int signo) {
+  const char* abbrev = sigabbrev_np(signo);
+  return fmt::format("signal {} (SIG{})", signo, abbrev ? abbrev : "?");
+}
+
+struct Child {
+  int rank = 0;
+  pid_t pid = -1;
+  int out_fd = -1;  // pipes when output is prefixed, else -1
+  int err_fd = -1;
+  std::string out_partial;  // an unfinished line
+  std::string err_partial;
+  bool running = true;
+  int status = 0;
+};
+
+// Writes complete lines of `data` with "[rank N] " in front; keeps the unfinished tail.
+void forward_lines(int rank, std::string& partial, const char* data, size_t n, int to_fd) {
+  partial.append(data, n);
+  size_t start = 0;
+  for (size_t nl; (nl = partial.find('\n', start)) != std::string::npos; start = nl + 1) {
+    std::string line = fmt::format("[rank {}] {}\n", rank, std::string_view(partial).substr(start, nl - start));
+    [[maybe_unused]] ssize_t w = write(to_fd, line.data(), line.size());
+  }
+  partial.erase(0, start);
+}
+
+void drain(Child& c, int& fd, std::string& partial, int to_fd) {
+  if (fd < 0) return;
+  char buf[65536];
+  ssize_t n = read(fd, buf, sizeof(buf));
+  if (n > 0) {
+    forward_lines(c.rank, partial, buf, static_cast<size_t>(n), to_fd);
+  } else if (n == 0 || (errno != EAGAIN && errno != EINTR)) {
+    if (!partial.empty()) forward_lines(c.rank, partial, "\n", 1, to_fd);
+    close(fd);
+    fd = -1;
+  }
+}
+
+[[noreturn]] void exec_child(const Topology& t, const std::vector<std::string>& argv, int local, pid_t parent,
+                             int out_fd, int err_fd) {
+  // Die with the parent, so that no worker outlives a killed launcher.
+  prctl(PR_SET_PDEATHSIG, SIGKILL);
+  if (getppid() != parent) _exit(1);
+  setpgid(0, 0);  // terminal signals reach the parent only; it forwards them once
+  if (out_fd >= 0) dup2(out_fd, STDOUT_FILENO);
+  if (err_fd >= 0) dup2(err_fd, STDERR_FILENO);
+  sigset_t none;
+  sigemptyset(&none);
+  sigprocmask(SIG_SETMASK, &none, nullptr);
+  for (int s : kForwarded) signal(s, SIG_DFL);
+  setenv("FSQ_LAUNCH_MODE", launch_mode_name(t.mode), 1);
+  setenv("MASTER_ADDR", t.master_addr.c_str(), 1);
+  setenv("MASTER_PORT", std::to_string(t.master_port).c_str(), 1);
+  setenv("WORLD_SIZE", std::to_string(t.world_size).c_str(), 1);
+  setenv("RANK", std::to_string(t.rank + local).c_str(), 1);
+  setenv("LOCAL_RANK", std::to_string(local).c_str(), 1);
+  setenv("LOCAL_WORLD_SIZE", std::to_string(t.spawn).c_str(), 1);
+  // Busy-waiting OpenMP threads slow down neighbours on a shared machine (LIBTORCH.md, trap 2).
+  setenv("OMP_WAIT_POLICY", "PASSIVE", 0);
+  std::vector<char*> args;
+  for (const auto& a : argv) args.push_back(const_cast<char*>(a.c_str()));
+  args.push_back(nullptr);
+  execv("/proc/self/exe", args.data());
+  fmt::print(stderr, "cannot re-execute /proc/self/exe: {}\n", std::strerror(errno));
+  _exit(127);
+}
+
+// "rank 1 (pid 4242) exited with status 2" / "... was killed by signal 9 (SIGKILL)"
+std::string describe_exit(const Child& c) {
+  if (WIFSIGNALED(c.status))
+    return fmt::format("rank {} (pid {}) was killed by {}", c.rank, c.pid, signal_text(WTERMSIG(c.status)));
+  return fmt::format("rank {} (pid {}) exited with status {}", c.rank, c.pid, WEXITSTATUS(c.status));
+}
+
+bool failed(const Child& c) { return WIFSIGNALED(c.status) || WEXITSTATUS(c.status) != 0; }
+
+}  // namespace
+
+int spawn_and_supervise(const Topology& t, const std::vector<std::string>& argv, const LaunchOptions& options) {
+  if (pipe2(g_signal_pipe, O_CLOEXEC | O_NONBLOCK) != 0)
+    raise<OperationalError>("cannot create a pipe: {}", std::strerror(errno));
+  std::map<int, struct sigaction> previous;
+  for (int s : kForwarded) {
+    struct sigaction sa {};
+    sa.sa_handler = on_signal;
+    sigemptyset(&sa.sa_mask);
+    sa.sa_flags = SA_RESTART;
+    sigaction(s, &sa, &previous[s]);
+  }
+  log::info("launcher", "starting {} worker processes: {}", t.spawn, t.describe());
+  std::vector<Child> children(t.spawn);
+  pid_t parent = getpid();
+  for (int local = 0; local < t.spawn; ++local) {
+    Child& c = children[local];
+    c.rank = t.rank + local;
+    int out[2] = {-1, -1}, err[2] = {-1, -1};
+    if (options.prefix_output && (pipe2(out, O_CLOEXEC) != 0 || pipe2(err, O_CLOEXEC) != 0))
+      raise<OperationalError>("cannot create a pipe: {}", std::strerror(errno));
+    std::fflush(nullptr);
+    c.pid = fork();
+    if (c.pid < 0) raise<OperationalError>("cannot fork worker {}: {}", c.rank, std::strerror(errno));
+    if (c.pid == 0) exec_child(t, argv, local, parent, out[1], err[1]);
+    if (options.prefix_output) {
+      close(out[1]);
+      close(err[1]);
+      c.out_fd = out[0];
+      c.err_fd = err[0];
+      fcntl(c.out_fd, F_SETFL, O_NONBLOCK);
+      fcntl(c.err_fd, F_SETFL, O_NONBLOCK);
+    }
+  }
+
+  std::string failure;  // the first failure, for the error message
+  int failure_code = 0;
+  int forwarded = 0;   // the last signal forwarded, 0 if none
+  double kill_at = 0;  // when stopping: the time to send SIGKILL
+  int running = t.spawn;
+  while (running > 0 ||
+         std::any_of(children.begin(), children.end(), [](const Child& c) { return c.out_fd >= 0 || c.err_fd >= 0; })) {
+    std::vector<pollfd> fds{{g_signal_pipe[0], POLLIN, 0}};
+    for (auto& c : children) {
+      if (c.out_fd >= 0) fds.push_back({c.out_fd, POLLIN, 0});
+      if (c.err_fd >= 0) fds.push_back({c.err_fd, POLLIN, 0});
+    }
+    poll(fds.data(), fds.size(), 100);
+    unsigned char signo = 0;
+    while (read(g_signal_pipe[0], &signo, 1) == 1) {
+      forwarded = signo;
+      log::warning("launcher", "received {}; forwarding it to the workers", signal_text(signo));
+      for (auto& c : children)
+        if (c.running) kill(c.pid, signo);
+    }
+    for (auto& c : children) {
+      drain(c, c.out_fd, c.out_partial, STDOUT_FILENO);
+      drain(c, c.err_fd, c.err_partial, STDERR_FILENO);
+    }
+    for (auto& c : children) {
+      if (!c.running || waitpid(c.pid, &c.status, WNOHANG) != c.pid) continue;
+      c.running = false;
+      --running;
+      if (!failed(c) || !failure.empty()) continue;
+      if (forwarded != 0 && WIFEXITED(c.status)) continue;  // stopping on a signal: its own exit code
+      failure = describe_exit(c);
+      failure_code = WIFEXITED(c.status) ? WEXITSTATUS(c.status) : 1;
+      if (running > 0) {
+        log::error("launcher", "{}; stopping the other {} worker(s)", failure, running);
+        for (auto& other : children)
+          if (other.running) kill(other.pid, SIGTERM);
+        kill_at = core::monotonic_seconds() + options.grace_seconds;
+      }
+    }
+    if (kill_at > 0 && core::monotonic_seconds() >= kill_at) {
+      for (auto& c : children)
+        if (c.running) kill(c.pid, SIGKILL);
+      kill_at = 0;
+    }
+  }
+  for (int s : kForwarded) sigaction(s, &previous[s], nullptr);
+  close(g_signal_pipe[0]);
+  close(g_signal_pipe[1]);
+  if (!failure.empty()) throw WorkerFailedError(failure, failure_code == 0 ? 1 : failure_code);
+  if (forwarded != 0) {
+    // Stopped on a signal: the workers agree on an exit code (e.g. "requeue"); report the largest.
+    int code = 0;
+    for (const auto& c : children) code = std::max(code, WIFEXITED(c.status) ? WEXITSTATUS(c.status) : 1);
+    return code;
+  }
+  return 0;
+}
+
+int launch(const Topology& t, const std::vector<std::string>& argv, const LaunchOptions& options,
+           const WorkerBody& body) {
+  log::info("distributed", "{}", t.describe());
+  if (t.spawn > 0) return spawn_and_supervise(t, argv, options);
+  c10::Device device(t.device);
+  if (t.world_size <= 1) {
+    FakeGang gang(1, 0, device);
+    return body(gang);
+  }
+  ProcessGroupOptions pg;
+  pg.master_addr = t.master_addr;
+  pg.master_port = t.master_port;
+  pg.rank = t.rank;
+  pg.world_size = t.world_size;
+  pg.timeout_seconds = options.timeout_seconds;
+  pg.device = device;
+  pg.backend = options.backend;
+  std::shared_ptr<Gang> gang = make_process_group_gang(pg);
+  return body(*gang);
+}
+
+}  // namespace fairseq_cpp::distributed

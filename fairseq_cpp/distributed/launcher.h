@@ -1,0 +1,50 @@
+#pragma once
+// Starting the workers of a topology (fairseq's cli_main, three modes in one function):
+// - spawn: re-executes this program (/proc/self/exe, same argv) once per local rank with the rank
+//   in the environment, and supervises the children: SIGINT/SIGTERM/SIGUSR1 are forwarded; when
+//   one child fails, the others get SIGTERM, then SIGKILL after a grace period, and the parent
+//   fails naming the rank and its exit status or signal;
+// - a worker of a multi-process job joins the process group and runs the body;
+// - a single process runs the body with a FakeGang of size 1.
+//
+//   return launch(topology, argv, options, [&](Gang& gang) { return train(gang, cfg); });
+
+#include <functional>
+#include <string>
+#include <vector>
+
+#include "fairseq_cpp/distributed/gang.h"
+#include "fairseq_cpp/distributed/topology.h"
+
+namespace fairseq_cpp::distributed {
+
+struct LaunchOptions {
+  double timeout_seconds = 1800;  // rendezvous and collectives (distributed_training.timeout)
+  std::string backend;            // "gloo" | "nccl"; empty = by device
+  bool prefix_output = false;     // prefix every child output line with "[rank N] " (several ranks log)
+  double grace_seconds = 5;       // after a failure: SIGTERM, then SIGKILL this much later
+};
+
+// A worker exited with a failure: `exit_code()` is the worker's own code (1 for a signal).
+class WorkerFailedError : public Error {
+ public:
+  WorkerFailedError(const std::string& message, int code) : Error(message), code_(code) {}
+  int exit_code() const override { return code_; }
+
+ private:
+  int code_;
+};
+
+using WorkerBody = std::function<int(Gang& gang)>;
+
+// Runs `body` where the topology says: in spawned children, here with a process-group gang, or
+// here alone. `argv` is this program's command line (argv[0] first), used to re-execute it.
+int launch(const Topology& topology, const std::vector<std::string>& argv, const LaunchOptions& options,
+           const WorkerBody& body);
+
+// The spawn half of launch(): starts `topology.spawn` children and waits for them. Returns 0
+// when all succeed, the shared exit code when they all stop on a forwarded signal, and throws
+// WorkerFailedError when one fails.
+int spawn_and_supervise(const Topology& topology, const std::vector<std::string>& argv, const LaunchOptions& options);
+
+}  // namespace fairseq_cpp::distributed

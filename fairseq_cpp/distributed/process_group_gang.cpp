@@ -1,0 +1,191 @@
+#include "fairseq_cpp/distributed/process_group_gang.h"
+
+#include <ATen/ATen.h>
+#include <torch/csrc/distributed/c10d/PrefixStore.hpp>
+#include <torch/csrc/distributed/c10d/ProcessGroupGloo.hpp>
+#include <torch/csrc/distributed/c10d/TCPStore.hpp>
+
+#include <algorithm>
+#include <chrono>
+#include <cstdlib>
+
+#include <fmt/format.h>
+
+#include "fairseq_cpp/core/logging.h"
+#include "fairseq_cpp/core/torch_compat.h"
+#include "fairseq_cpp/distributed/nccl_backend.h"
+
+namespace fairseq_cpp::distributed {
+namespace {
+
+#if FSQ_C10D_HAS_BACKEND
+using BackendBase = c10d::Backend;
+#else
+using BackendBase = c10d::ProcessGroup;
+#endif
+
+std::string first_line(const std::string& text) { return text.substr(0, text.find('\n')); }
+
+std::chrono::milliseconds to_ms(double seconds) {
+  return std::chrono::milliseconds(static_cast<int64_t>(seconds * 1000));
+}
+
+c10d::ReduceOp to_c10d(ReduceOp op) {
+  switch (op) {
+    case ReduceOp::min:
+      return c10d::ReduceOp::MIN;
+    case ReduceOp::max:
+      return c10d::ReduceOp::MAX;
+    case ReduceOp::product:
+      return c10d::ReduceOp::PRODUCT;
+    case ReduceOp::sum:
+    case ReduceOp::mean:
+      return c10d::ReduceOp::SUM;  // AVG is not portable: sum, then divide
+  }
+  return c10d::ReduceOp::SUM;
+}
+
+std::shared_ptr<::gloo::transport::Device> gloo_device(const std::string& master_addr) {
+  if (const char* ifname = std::getenv("GLOO_SOCKET_IFNAME"); ifname != nullptr && *ifname != '\0')
+    return c10d::ProcessGroupGloo::createDeviceForInterface(ifname);
+  // All ranks on this host talk over loopback; across hosts, bind to this host's address.
+  if (master_addr == "127.0.0.1" || master_addr == "localhost")
+    return c10d::ProcessGroupGloo::createDeviceForHostname("127.0.0.1");
+  return c10d::ProcessGroupGloo::createDefaultDevice();
+}
+
+class ProcessGroupGang : public Gang {
+ public:
+  ProcessGroupGang(c10::intrusive_ptr<c10d::Store> store, std::string name, int rank, int size,
+                   const ProcessGroupOptions& options)
+      : store_(std::move(store)), name_(std::move(name)), rank_(rank), size_(size), options_(options) {
+    auto group_store = c10::make_intrusive<c10d::PrefixStore>(name_, store_);
+    try {
+      if (options_.device.is_cuda()) {
+        backend_ = make_nccl_backend(group_store, rank_, size_, to_ms(options_.timeout_seconds));
+      } else {
+        auto gloo = c10d::ProcessGroupGloo::Options::create(to_ms(options_.timeout_seconds));
+        gloo->devices.push_back(gloo_device(options_.master_addr));
+        backend_ = c10::make_intrusive<c10d::ProcessGroupGloo>(group_store, rank_, size_, gloo);
+      }
+    } catch (const c10::Error& e) {
+      raise<GangError>("joining process group `{}` failed on rank {} of {}: {}", name_, rank_, size_,
+                       first_line(e.what_without_backtrace()));
+    }
+  }
+
+  int rank() const override { return rank_; }
+  int size() const override { return size_; }
+  c10::Device device() const override { return options_.device; }
+
+  void all_reduce(at::Tensor& tensor, ReduceOp op) override {
+    check_device("all_reduce", tensor);
+    std::vector<at::Tensor> tensors{tensor};
+    c10d::AllreduceOptions opts;
+    opts.reduceOp = to_c10d(op);
+    run(fmt::format("all_reduce({})", reduce_op_name(op)), [&] { return backend_->allreduce(tensors, opts); });
+    if (op == ReduceOp::mean) {
+      if (at::isFloatingType(tensor.scalar_type())) {
+        tensor.div_(size_);
+      } else {
+        tensor.copy_(tensor.div(size_, "trunc"));
+      }
+    }
+  }
+
+  at::Tensor all_gather(const at::Tensor& tensor) override {
+    check_device("all_gather", tensor);
+    at::Tensor input = tensor.contiguous();
+    std::vector<at::Tensor> inputs{input};
+    std::vector<std::vector<at::Tensor>> outputs(1);
+    for (int i = 0; i < size_; ++i) outputs[0].push_back(at::empty_like(input));
+    run("all_gather", [&] { return backend_->allgather(outputs, inputs); });
+    return at::stack(outputs[0]);
+  }
+
+  void broadcast(at::Tensor& tensor, int root) override {
+    check_device("broadcast", tensor);
+    if (root < 0 || root >= size_) raise<UserError>("broadcast: root {} is not in this gang of {} ranks.", root, size_);
+    std::vector<at::Tensor> tensors{tensor};
+    c10d::BroadcastOptions opts;
+    opts.rootRank = root;
+    run(fmt::format("broadcast(root {})", root), [&] { return backend_->broadcast(tensors, opts); });
+  }
+
+  void barrier() override {
+    // A one-element all-reduce is a barrier on every backend (NCCL's barrier guesses the device).
+    at::Tensor t = at::zeros({1}, at::TensorOptions().device(options_.device));
+    std::vector<at::Tensor> tensors{t};
+    run("barrier", [&] { return backend_->allreduce(tensors); });
+  }
+
+  std::shared_ptr<Gang> create_gang(const std::vector<int>& ranks) override {
+    check_gang_ranks(ranks, size_);
+    std::string name = fmt::format("{}/{}", name_, next_group_++);  // same on every rank: all call in order
+    auto it = std::find(ranks.begin(), ranks.end(), rank_);
+    if (it == ranks.end()) return nullptr;
+    return std::make_shared<ProcessGroupGang>(store_, name, static_cast<int>(it - ranks.begin()),
+                                              static_cast<int>(ranks.size()), options_);
+  }
+
+ private:
+  void check_device(const char* op, const at::Tensor& tensor) const {
+    if (tensor.device() != options_.device)
+      raise<UserError>("{}: the tensor is on {}, but this gang's tensors live on {}.", op, tensor.device().str(),
+                       options_.device.str());
+  }
+
+  template <typename Start>
+  void run(const std::string& op, Start&& start) {
+    try {
+      auto work = start();
+      work->wait(to_ms(options_.timeout_seconds));
+    } catch (const c10::Error& e) {
+      raise<GangError>("{} failed on rank {} of {} (group `{}`): {}", op, rank_, size_, name_,
+                       first_line(e.what_without_backtrace()));
+    } catch (const std::exception& e) {
+      raise<GangError>("{} failed on rank {} of {} (group `{}`): {}", op, rank_, size_, name_, e.what());
+    }
+  }
+
+  c10::intrusive_ptr<c10d::Store> store_;  // the job's TCPStore; sub-gangs use prefixes of it
+  std::string name_;
+  int rank_;
+  int size_;
+  ProcessGroupOptions options_;
+  c10::intrusive_ptr<BackendBase> backend_;
+  int next_group_ = 0;
+};
+
+}  // namespace
+
+std::shared_ptr<Gang> make_process_group_gang(const ProcessGroupOptions& options) {
+  if (options.world_size < 1 || options.rank < 0 || options.rank >= options.world_size)
+    raise<UserError>("rank {} is not a valid rank of a gang of {} processes.", options.rank, options.world_size);
+  if (options.master_port < 1 || options.master_port > 65535)
+    raise<UserError>("master port must be in 1-65535, but is {} instead.", options.master_port);
+  if (!(options.timeout_seconds > 0))
+    raise<UserError>("`distributed_training.timeout` must be greater than 0, but is {} instead.",
+                     options.timeout_seconds);
+  std::string backend = options.backend.empty() ? (options.device.is_cuda() ? "nccl" : "gloo") : options.backend;
+  if ((backend == "nccl") != options.device.is_cuda())
+    raise<UserError>("backend {} cannot run on {}: use gloo for the CPU and nccl for CUDA.", backend,
+                     options.device.str());
+  c10d::TCPStoreOptions store_options;
+  store_options.port = static_cast<uint16_t>(options.master_port);
+  store_options.isServer = options.rank == 0;
+  store_options.numWorkers = options.world_size;
+  store_options.waitWorkers = true;
+  store_options.timeout = to_ms(options.timeout_seconds);
+  c10::intrusive_ptr<c10d::Store> store;
+  try {
+    store = c10::make_intrusive<c10d::TCPStore>(options.master_addr, store_options);
+  } catch (const std::exception& e) {
+    raise<GangError>("rendezvous at {}:{} failed on rank {} of {} (timeout {} s): {}", options.master_addr,
+                     options.master_port, options.rank, options.world_size, options.timeout_seconds,
+                     first_line(e.what()));
+  }
+  return std::make_shared<ProcessGroupGang>(store, "default", options.rank, options.world_size, options);
+}
+
+}  // namespace fairseq_cpp::distributed

@@ -1,0 +1,26 @@
+#pragma once
+// A Gang over real c10d process groups: rendezvous through a TCPStore served by rank 0, Gloo for
+// CPU tensors, NCCL for CUDA tensors (CUDA builds only). Timeouts are explicit: a rank that never
+// arrives or dies mid-collective makes the others throw GangError within `timeout_seconds`.
+
+#include <memory>
+#include <string>
+
+#include "fairseq_cpp/distributed/gang.h"
+
+namespace fairseq_cpp::distributed {
+
+struct ProcessGroupOptions {
+  std::string master_addr = "127.0.0.1";        // host of rank 0's TCPStore
+  int master_port = 0;                          // its TCP port (1-65535)
+  int rank = 0;                                 // this process, in [0, world_size)
+  int world_size = 1;                           // processes in the gang
+  double timeout_seconds = 1800;                // rendezvous and each collective; > 0
+  c10::Device device = c10::Device(c10::kCPU);  // cpu => Gloo, cuda:N => NCCL
+  std::string backend;                          // "gloo" | "nccl"; empty = by device
+};
+
+// Joins the gang (blocks until every rank has arrived or the timeout passes).
+std::shared_ptr<Gang> make_process_group_gang(const ProcessGroupOptions& options);
+
+}  // namespace fairseq_cpp::distributed

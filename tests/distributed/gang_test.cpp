@@ -1,0 +1,101 @@
+// The Gang on FakeGang and on real Gloo process groups with ranks as threads in this process.
+#include <gtest/gtest.h>
+
+#include <ATen/ATen.h>
+
+#include <thread>
+
+#include "fairseq_cpp/distributed/process_group_gang.h"
+#include "fairseq_cpp/distributed/topology.h"
+#include "tests/distributed/collective_suite.h"
+
+namespace fairseq_cpp::distributed {
+namespace {
+
+std::string joined(const std::vector<std::string>& lines) {
+  std::string out;
+  for (const auto& l : lines) out += l + "\n";
+  return out;
+}
+
+TEST(FakeGang, SizeOnePassesTheSuite) {
+  FakeGang gang;
+  EXPECT_EQ(joined(testing::run_collective_suite(gang, true)), "");
+}
+
+TEST(FakeGang, SimulatedSizePassesTheSuiteOnEveryRank) {
+  for (int rank = 0; rank < 3; ++rank) {
+    FakeGang gang(3, rank);
+    EXPECT_EQ(joined(testing::run_collective_suite(gang, true)), "") << "rank " << rank;
+  }
+}
+
+TEST(FakeGang, SumMultipliesBySize) {
+  FakeGang gang(4);
+  at::Tensor t = at::full({2}, 1.5);
+  all_sum(gang, t);
+  EXPECT_TRUE(at::equal(t, at::full({2}, 6.0)));
+}
+
+TEST(FakeGang, BadArguments) {
+  EXPECT_THROW(FakeGang(2, 2), UserError);
+  FakeGang gang(3);
+  EXPECT_THROW(gang.create_gang({}), UserError);
+  EXPECT_THROW(gang.create_gang({0, 3}), UserError);
+  EXPECT_THROW(gang.create_gang({1, 0}), UserError);
+  at::Tensor t = at::zeros({1});
+  EXPECT_THROW(gang.broadcast(t, 5), UserError);
+}
+
+// Runs the suite with `n` ranks as threads over one TCPStore; returns every failure.
+std::string run_threads(int n) {
+  int port = pick_free_port();
+  std::vector<std::string> failures(n);
+  std::vector<std::thread> threads;
+  for (int r = 0; r < n; ++r) {
+    threads.emplace_back([&, r] {
+      try {
+        ProcessGroupOptions o;
+        o.master_port = port;
+        o.rank = r;
+        o.world_size = n;
+        o.timeout_seconds = 60;
+        auto gang = make_process_group_gang(o);
+        EXPECT_EQ(gang->rank(), r);
+        EXPECT_EQ(gang->size(), n);
+        failures[r] = joined(testing::run_collective_suite(*gang, false));
+      } catch (const std::exception& e) {
+        failures[r] = fmt::format("rank {} threw: {}\n", r, e.what());
+      }
+    });
+  }
+  for (auto& t : threads) t.join();
+  std::string all;
+  for (const auto& f : failures) all += f;
+  return all;
+}
+
+TEST(ProcessGroupGang, TwoRanksPassTheSuite) { EXPECT_EQ(run_threads(2), ""); }
+TEST(ProcessGroupGang, FourRanksPassTheSuite) { EXPECT_EQ(run_threads(4), ""); }
+
+TEST(ProcessGroupGang, BadOptionsAreUserErrors) {
+  ProcessGroupOptions o;
+  o.master_port = 1234;
+  o.rank = 2;
+  o.world_size = 2;
+  EXPECT_THROW(make_process_group_gang(o), UserError);
+  o.rank = 0;
+  o.master_port = 70000;
+  EXPECT_THROW(make_process_group_gang(o), UserError);
+  o.master_port = 1234;
+  o.backend = "nccl";
+  try {
+    make_process_group_gang(o);
+    FAIL();
+  } catch (const UserError& e) {
+    EXPECT_STREQ(e.what(), "backend nccl cannot run on cpu: use gloo for the CPU and nccl for CUDA.");
+  }
+}
+
+}  // namespace
+}  // namespace fairseq_cpp::distributed

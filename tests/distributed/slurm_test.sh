@@ -1,0 +1,41 @@
+#!/usr/bin/env bash
+# SLURM for real (CTest label `slurm`): a one-node cluster on localhost (tools/slurm/local-cluster.sh),
+# then `srun -n2` jobs whose ranks come from our SLURM inference:
+#   1. the probe's collective suite over Gloo (ranks agree on every all-reduce);
+#   2. fairseq-cpp-train --dry-run-distributed prints mode=slurm-per-task for each task;
+#   3. one task per node with distributed_world_size=2 spawns two local workers (slurm-per-node).
+# Usage: slurm_test.sh SOURCE_DIR BUILD_DIR
+set -euo pipefail
+src=$1
+build=$2
+dir=$(mktemp -d /tmp/fsq-slurm-XXXXXX)
+trap '"$src/tools/slurm/local-cluster.sh" stop "$dir" >/dev/null 2>&1 || true; rm -rf "$dir"' EXIT
+
+fail() {
+  echo "FAIL: $*" >&2
+  tail -n 20 "$dir"/slurmctld.log "$dir"/slurmd.log >&2 || true
+  exit 1
+}
+
+eval "$("$src/tools/slurm/local-cluster.sh" start "$dir")"
+
+out=$(timeout 120 srun -n2 --kill-on-bad-exit=1 "$build/tests/fsq_dist_probe" collectives --timeout 60 2>"$dir/err1") ||
+  fail "srun collectives: $(cat "$dir/err1")"
+echo "$out"
+[ "$(grep -c 'collectives ok' <<<"$out")" = 2 ] || fail "expected two ranks to pass the collective suite"
+grep -q 'rank 0/2: collectives ok' <<<"$out" || fail "rank 0 missing"
+grep -q 'rank 1/2: collectives ok' <<<"$out" || fail "rank 1 missing"
+grep -q 'mode=slurm-per-task rank=0/2 local=0/2' "$dir/err1" || fail "rank 0 did not resolve slurm-per-task: $(cat "$dir/err1")"
+
+out=$(timeout 60 srun -n2 -l "$build/fairseq-cpp-train" --dry-run-distributed 2>"$dir/err2") ||
+  fail "srun dry run: $(cat "$dir/err2")"
+echo "$out"
+grep -qE '^0: mode=slurm-per-task rank=0/2 local=0/2 master=[^:]+:[0-9]+ device=cpu$' <<<"$out" || fail "task 0: $out"
+grep -qE '^1: mode=slurm-per-task rank=1/2 local=1/2 master=[^:]+:[0-9]+ device=cpu$' <<<"$out" || fail "task 1: $out"
+
+out=$(timeout 120 srun -n1 "$build/tests/fsq_dist_probe" collectives --world-size 2 --timeout 60 2>"$dir/err3") ||
+  fail "srun per-node spawn: $(cat "$dir/err3")"
+echo "$out"
+[ "$(grep -c 'collectives ok' <<<"$out")" = 2 ] || fail "per-node spawn: expected two workers"
+grep -q 'mode=slurm-per-node rank=0/2 local=0/2' "$dir/err3" || fail "per-node mode not resolved: $(cat "$dir/err3")"
+echo "slurm: 3 passed, 0 failed"

@@ -23,7 +23,6 @@ struct ProgramSpec {
   std::string positional_key;         // key that a bare argument sets (e.g. "task.data"); empty = none
   std::vector<std::pair<std::string, std::string>> switches;     // program flags without a value: name, help
   std::vector<std::pair<std::string, std::string>> subcommands;  // first bare word: name, help
-  bool computes = false;  // trains or runs a model: threads and the BLAS check apply
 };
 
 struct CommandLine {

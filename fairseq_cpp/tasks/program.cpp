@@ -11,7 +11,6 @@
 #include "fairseq_cpp/core/errors.h"
 #include "fairseq_cpp/core/logging.h"
 #include "fairseq_cpp/core/main.h"
-#include "fairseq_cpp/core/runtime.h"
 
 namespace fairseq_cpp::tasks {
 namespace {
@@ -25,17 +24,6 @@ int env_int(const char* name, int fallback) {
 }
 
 }  // namespace
-
-int local_processes_hint(const config::Config& cfg) {
-  int local = env_int("LOCAL_WORLD_SIZE", 0);
-  if (local > 0) return local;
-  // SLURM writes "8" or "8(x2)" (8 tasks on each of 2 nodes): the leading count is this node's.
-  if (const char* per_node = std::getenv("SLURM_NTASKS_PER_NODE"); per_node != nullptr) {
-    local = static_cast<int>(std::strtol(per_node, nullptr, 10));
-    if (local > 0) return local;
-  }
-  return static_cast<int>(std::max<int64_t>(1, cfg.distributed_training.distributed_world_size));
-}
 
 int run_program(int argc, char** argv, const config::ProgramSpec& spec, const ProgramBody& body) {
   return core::guarded_main(spec.name, [&]() -> int {
@@ -60,12 +48,6 @@ int run_program(int argc, char** argv, const config::ProgramSpec& spec, const Pr
     log_options.file = common.log_file;
     log_options.rank = env_int("RANK", env_int("SLURM_PROCID", 0));
     log::configure(log_options);
-    if (spec.computes) {
-      inv.cpu_threads =
-          core::configure_cpu_threads(static_cast<int>(common.cpu_threads), local_processes_hint(inv.config));
-      log::info("runtime", "{} intra-op CPU threads", inv.cpu_threads);
-      core::warn_if_slow_blas();
-    }
     return body(inv);
   });
 }

@@ -1,9 +1,6 @@
+// The programs' command lines; each program's body lives in its own file (train.cpp, preprocess.cpp,
+// generate.cpp, eval.cpp) so that a program links only what it uses: preprocess loads no LibTorch.
 #include "fairseq_cpp/tasks/programs.h"
-
-#include <fmt/core.h>
-
-#include "fairseq_cpp/core/errors.h"
-#include "fairseq_cpp/tasks/distributed_setup.h"
 
 namespace fairseq_cpp::tasks {
 
@@ -17,8 +14,7 @@ const config::ProgramSpec& train_spec() {
        "optimization", "checkpoint"},
       "",
       {{"dry-run-distributed", "print the resolved distributed topology of this process and exit"}},
-      {},
-      true};
+      {}};
   return spec;
 }
 
@@ -32,8 +28,7 @@ const config::ProgramSpec& preprocess_spec() {
       {"common", "task", "dataset", "preprocess"},
       "",
       {},
-      {},
-      false};
+      {}};
   return spec;
 }
 
@@ -46,8 +41,7 @@ const config::ProgramSpec& generate_spec() {
       {"common", "common_eval", "dataset", "task", "generation"},
       "task.data",
       {},
-      {},
-      true};
+      {}};
   return spec;
 }
 
@@ -59,8 +53,7 @@ const config::ProgramSpec& interactive_spec() {
       {"common", "common_eval", "task", "generation"},
       "task.data",
       {},
-      {},
-      true};
+      {}};
   return spec;
 }
 
@@ -75,31 +68,8 @@ const config::ProgramSpec& eval_spec() {
       "task.data",
       {},
       {{"validate", "loss/nll/perplexity of a checkpoint on a split"},
-       {"score", "BLEU and chrF of a hypothesis file against references"}},
-      true};
+       {"score", "BLEU and chrF of a hypothesis file against references"}}};
   return spec;
-}
-
-// The programs' work arrives issue by issue; until then they refuse honestly.
-int train_main(const Invocation& inv) {
-  distributed::Topology topology = distributed::resolve_topology(topology_inputs(inv.config));
-  if (inv.command_line.switches.count("dry-run-distributed")) {
-    fmt::print("{}\n", topology.describe());
-    return kExitOk;
-  }
-  return distributed::launch(topology, inv.argv, launch_options(inv.config), [](distributed::Gang&) -> int {
-    raise<NotImplementedError>("training is not available yet (issue #6).");
-  });
-}
-int preprocess_main(const Invocation&) {
-  raise<NotImplementedError>("preprocessing is not available yet (issue #4).");
-}
-int generate_main(const Invocation&) { raise<NotImplementedError>("generation is not available yet (issue #7)."); }
-int interactive_main(const Invocation&) {
-  raise<NotImplementedError>("interactive translation is not available yet (issue #7).");
-}
-int eval_main(const Invocation& inv) {
-  raise<NotImplementedError>("`{}` is not available yet (issues #5 and #7).", inv.command_line.subcommand);
 }
 
 }  // namespace fairseq_cpp::tasks

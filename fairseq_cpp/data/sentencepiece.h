@@ -1,0 +1,65 @@
+#pragma once
+// SentencePiece for programs that also load LibTorch: the model lives in libfsq_spm.so, loaded
+// with dlopen(RTLD_LOCAL | RTLD_DEEPBIND) so its protobuf never meets LibTorch's (LIBTORCH.md,
+// trap 3). Decoding needs no SentencePiece at all.
+//
+//   auto spm = SentencePiece::load("spm8k.model");
+//   spm.encode_pieces("Ein Mann.")       // "▁Ein ▁Mann ."
+//   decode_pieces("▁Ein ▁Mann .")        // "Ein Mann."
+
+#include <memory>
+#include <string>
+#include <string_view>
+#include <vector>
+
+namespace fairseq_cpp::data {
+
+struct SpmLibrary;
+
+class SentencePiece {
+ public:
+  // Loads the model; throws UserError naming the file when it cannot be read, OperationalError
+  // when libfsq_spm.so cannot be found or loaded.
+  static SentencePiece load(const std::string& model_path);
+  ~SentencePiece();
+  SentencePiece(SentencePiece&& other) noexcept;
+  SentencePiece& operator=(SentencePiece&& other) noexcept;
+  SentencePiece(const SentencePiece&) = delete;
+  SentencePiece& operator=(const SentencePiece&) = delete;
+
+  // The pieces of `text` joined by single spaces, as `spm_encode --output_format=piece` prints them.
+  // Thread-safe.
+  std::string encode_pieces(std::string_view text) const;
+  // The piece ids of `text`, as `spm_encode --output_format=id`. Thread-safe.
+  std::vector<int> encode_ids(std::string_view text) const;
+  int vocab_size() const;
+  const std::string& model_path() const { return model_path_; }
+
+ private:
+  SentencePiece() = default;
+  const SpmLibrary* library_ = nullptr;
+  void* model_ = nullptr;
+  std::string model_path_;
+};
+
+// Options of SentencePiece training (spm_train's flags of the same names).
+struct SpmTrainOptions {
+  std::vector<std::string> inputs;     // raw text files, one sentence per line
+  std::string model_prefix;            // writes <model_prefix>.model and <model_prefix>.vocab
+  int64_t vocab_size = 8000;           // pieces in the model
+  std::string model_type = "unigram";  // unigram | bpe | char | word
+  double character_coverage = 1.0;     // share of characters covered by the model
+};
+
+// Trains a model (spm_train). Throws UserError with SentencePiece's reason on failure.
+void train_sentencepiece(const SpmTrainOptions& options);
+
+// Pieces back to text: "▁Ein ▁Mann ." => "Ein Mann." (fairseq's --remove-bpe sentencepiece:
+// drop spaces, U+2581 becomes a space, strip).
+std::string decode_pieces(std::string_view pieces);
+
+// Where libfsq_spm.so is: beside the running program, else in the build directory, else
+// $FSQ_SPM_LIBRARY. Throws OperationalError listing the places tried.
+std::string spm_library_path();
+
+}  // namespace fairseq_cpp::data

@@ -1,0 +1,147 @@
+// The mmap data-bin format: exact bytes, every dtype, fairseq's fixture, and broken files.
+#include <gtest/gtest.h>
+
+#include <cstring>
+#include <fstream>
+
+#include "fairseq_cpp/core/errors.h"
+#include "fairseq_cpp/data/indexed_dataset.h"
+#include "fairseq_cpp/data/language_pair_dataset.h"
+#include "tests/data/data_test_util.h"
+
+namespace fairseq_cpp::data {
+namespace {
+
+using testing::TempDir;
+
+std::string bytes_of(const std::vector<uint8_t>& v) { return std::string(v.begin(), v.end()); }
+
+TEST(IndexedDataset, WritesFairseqHeaderBytes) {
+  TempDir dir;
+  IndexedDatasetBuilder b(dir.path() + "/x", DType::uint16);
+  std::vector<int64_t> s0 = {5, 6, 2}, s1 = {7, 2};
+  b.add_item(s0.data(), s0.size());
+  b.add_item(s1.data(), s1.size());
+  b.finalize();
+  // By hand: magic, version 1 (u64), dtype 8 (u8), N = 2 (u64), sizes {3, 2} (i32), pointers {0, 6} (i64).
+  std::vector<uint8_t> idx = {'M', 'M', 'I', 'D', 'I', 'D', 'X', 0, 0, 1, 0, 0, 0, 0, 0, 0, 0, 8, 2, 0, 0, 0, 0, 0, 0,
+                              0,   3,   0,   0,   0,   2,   0,   0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 6, 0, 0, 0, 0, 0, 0, 0};
+  EXPECT_EQ(testing::read_file(dir.path() + "/x.idx"), bytes_of(idx));
+  EXPECT_EQ(testing::read_file(dir.path() + "/x.bin"), bytes_of({5, 0, 6, 0, 2, 0, 7, 0, 2, 0}));
+}
+
+TEST(IndexedDataset, ReadsEveryDtypeCode) {
+  for (int code = 1; code <= 10; ++code) {
+    TempDir dir;
+    auto dtype = static_cast<DType>(code);
+    IndexedDatasetBuilder b(dir.path() + "/d", dtype);
+    std::vector<int64_t> a = {1, 100, 2}, c = {}, e = {120, 3};
+    b.add_item(a.data(), a.size());
+    b.add_item(c.data(), c.size());
+    b.add_item(e.data(), e.size());
+    b.finalize();
+    IndexedDataset ds(dir.path() + "/d");
+    ASSERT_EQ(ds.size(), 3u) << code;
+    EXPECT_EQ(ds.dtype(), dtype);
+    EXPECT_EQ(ds.tokens(0), a) << dtype_name(dtype);
+    EXPECT_EQ(ds.tokens(1), c) << dtype_name(dtype);
+    EXPECT_EQ(ds.tokens(2), e) << dtype_name(dtype);
+    EXPECT_EQ(ds.pointer(2), static_cast<int64_t>(3 * dtype_size(static_cast<uint8_t>(code))));
+    EXPECT_EQ(ds.max_value(), 120);
+  }
+}
+
+TEST(IndexedDataset, BestFittingDtypeAsFairseq) {
+  EXPECT_EQ(best_fitting_dtype(65499), DType::uint16);
+  EXPECT_EQ(best_fitting_dtype(65500), DType::int32);
+}
+
+// Independent reader: Python's struct on the raw files.
+TEST(IndexedDataset, ReadsFairseqFixtureAsPythonDoes) {
+  std::string bin = testing::fixture_dir() + "/data-bin";
+  for (std::string split : {"train", "valid", "test"}) {
+    for (std::string lang : {"en", "de"}) {
+      std::string prefix = bin + "/" + split + ".en-de." + lang;
+      IndexedDataset ds(prefix);
+      EXPECT_EQ(ds.dtype(), DType::uint16);
+      int64_t total = 0, sum = 0;
+      for (size_t i = 0; i < ds.size(); ++i) {
+        for (int64_t v : ds.tokens(i)) sum += v;
+        total += ds.length(i);
+        ASSERT_EQ(ds.tokens(i).back(), 2) << "sentence " << i << " does not end in </s>";
+      }
+      auto last = ds.tokens(ds.size() - 1);
+      std::string mine = std::to_string(ds.size()) + " " + std::to_string(total) + " " + std::to_string(sum) + " " +
+                         std::to_string(last[0]) + "\n";
+      std::string script =
+          "import struct\n"
+          "idx=open('" +
+          prefix + ".idx','rb').read(); b=open('" + prefix +
+          ".bin','rb').read()\n"
+          "n=struct.unpack('<Q',idx[18:26])[0]\n"
+          "sizes=struct.unpack('<%di'%n, idx[26:26+4*n]); ptrs=struct.unpack('<%dq'%n, idx[26+4*n:26+12*n])\n"
+          "ids=struct.unpack('<%dH'%(len(b)//2), b)\n"
+          "print(n, sum(sizes), sum(ids), ids[ptrs[-1]//2])\n";
+      EXPECT_EQ(mine, testing::python(script)) << prefix;
+      if (split == "train") EXPECT_EQ(total, lang == "en" ? 453751 : 469765);  // the fixture README's counts
+    }
+  }
+}
+
+struct Corruption {
+  const char* name;
+  std::function<void(std::string& idx)> edit;
+  std::string expected;  // message after "<prefix>.idx: "
+};
+
+TEST(IndexedDataset, BrokenIndexFilesAreClearErrors) {
+  std::vector<Corruption> cases = {
+      {"magic", [](std::string& s) { s[0] = 'X'; }, "not a fairseq mmap index: expected magic"},
+      {"version", [](std::string& s) { s[9] = 2; }, "field version: expected 1, found 2"},
+      {"dtype", [](std::string& s) { s[17] = 11; }, "field dtype: expected a code 1-10, found 11"},
+      {"truncated", [](std::string& s) { s.resize(s.size() - 3); }, "truncated index: field N = 2 needs 24 bytes"},
+      {"short header", [](std::string& s) { s.resize(20); }, "truncated index: 20 bytes"},
+      {"pointer", [](std::string& s) { s[26 + 8 + 8] = 100; }, "entry 1 points past the end of"},
+  };
+  for (const auto& c : cases) {
+    TempDir dir;
+    std::string prefix = dir.path() + "/x";
+    IndexedDatasetBuilder b(prefix, DType::uint16);
+    std::vector<int64_t> s0 = {5, 6, 2}, s1 = {7, 2};
+    b.add_item(s0.data(), s0.size());
+    b.add_item(s1.data(), s1.size());
+    b.finalize();
+    std::string idx = testing::read_file(prefix + ".idx");
+    c.edit(idx);
+    dir.write("x.idx", idx);
+    try {
+      IndexedDataset ds(prefix);
+      ADD_FAILURE() << c.name << ": no error";
+    } catch (const DataError& e) {
+      std::string want = prefix + ".idx: " + c.expected;
+      EXPECT_EQ(std::string(e.what()).substr(0, want.size()), want) << c.name << ": " << e.what();
+    }
+  }
+}
+
+TEST(IndexedDataset, MissingFileIsDataError) {
+  TempDir dir;
+  EXPECT_THROW(IndexedDataset(dir.path() + "/nothing"), DataError);
+}
+
+TEST(IndexedDataset, DictionaryTooSmallForTokenIds) {
+  std::string bin = testing::fixture_dir() + "/data-bin";
+  IndexedDataset ds(bin + "/valid.en-de.en");
+  EXPECT_NO_THROW(check_token_ids(ds, 8000, "dict.en.txt"));
+  try {
+    check_token_ids(ds, 100, "small/dict.en.txt");
+    FAIL();
+  } catch (const DataError& e) {
+    std::string msg = e.what();
+    EXPECT_EQ(msg.rfind(bin + "/valid.en-de.en.bin: sentence 0 has token id ", 0), 0u) << msg;
+    EXPECT_NE(msg.find("but small/dict.en.txt has 100 symbols (ids 0-99)"), std::string::npos) << msg;
+  }
+}
+
+}  // namespace
+}  // namespace fairseq_cpp::data

@@ -7,6 +7,7 @@
 #include <cmath>
 
 #include "fairseq_cpp/core/overloaded.h"
+#include "fairseq_cpp/distributed/process_group_gang.h"
 
 namespace fairseq_cpp::distributed {
 namespace {
@@ -28,6 +29,22 @@ nlohmann::json decode(const at::Tensor& bytes_on_any_device, int64_t size) {
 }
 
 }  // namespace
+
+std::shared_ptr<Gang> distributed_init(const Topology& topology, double timeout_seconds, const std::string& backend) {
+  if (topology.spawn > 0)
+    raise<OperationalError>("distributed_init: this process spawns {} workers and joins no gang.", topology.spawn);
+  c10::Device device(topology.device);
+  if (topology.world_size <= 1) return std::make_shared<FakeGang>(1, 0, device);
+  ProcessGroupOptions pg;
+  pg.master_addr = topology.master_addr;
+  pg.master_port = topology.master_port;
+  pg.rank = topology.rank;
+  pg.world_size = topology.world_size;
+  pg.timeout_seconds = timeout_seconds;
+  pg.device = device;
+  pg.backend = backend;
+  return make_process_group_gang(pg);
+}
 
 std::vector<nlohmann::json> all_gather_list(Gang& gang, const nlohmann::json& value, int64_t max_size) {
   std::vector<uint8_t> bytes = nlohmann::json::to_cbor(value);

@@ -15,8 +15,18 @@
 #include <nlohmann/json_fwd.hpp>
 
 #include "fairseq_cpp/distributed/gang.h"
+#include "fairseq_cpp/distributed/topology.h"
 
 namespace fairseq_cpp::distributed {
+
+// Where this process stands (fairseq's infer_init_method): the topology resolver.
+inline Topology infer_init_method(const TopologyInputs& inputs) { return resolve_topology(inputs); }
+
+// Joins the job's process group (Gloo on the CPU, NCCL on CUDA) with `timeout_seconds` for the
+// rendezvous and every collective; a FakeGang of size 1 for a single process. Not for a
+// topology that spawns (launch() does that).
+std::shared_ptr<Gang> distributed_init(const Topology& topology, double timeout_seconds,
+                                       const std::string& backend = "");
 
 inline bool is_master(const Gang& gang) { return gang.rank() == 0; }
 inline int get_rank(const Gang& gang) { return gang.rank(); }

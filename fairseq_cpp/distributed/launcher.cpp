@@ -16,7 +16,7 @@
 
 #include "fairseq_cpp/core/logging.h"
 #include "fairseq_cpp/core/meters.h"
-#include "fairseq_cpp/distributed/process_group_gang.h"
+#include "fairseq_cpp/distributed/distributed_utils.h"
 
 namespace fairseq_cpp::distributed {
 namespace {
@@ -206,20 +206,7 @@ int launch(const Topology& t, const std::vector<std::string>& argv, const Launch
            const WorkerBody& body) {
   log::info("distributed", "{}", t.describe());
   if (t.spawn > 0) return spawn_and_supervise(t, argv, options);
-  c10::Device device(t.device);
-  if (t.world_size <= 1) {
-    FakeGang gang(1, 0, device);
-    return body(gang);
-  }
-  ProcessGroupOptions pg;
-  pg.master_addr = t.master_addr;
-  pg.master_port = t.master_port;
-  pg.rank = t.rank;
-  pg.world_size = t.world_size;
-  pg.timeout_seconds = options.timeout_seconds;
-  pg.device = device;
-  pg.backend = options.backend;
-  std::shared_ptr<Gang> gang = make_process_group_gang(pg);
+  std::shared_ptr<Gang> gang = distributed_init(t, options.timeout_seconds, options.backend);
   return body(*gang);
 }
 

@@ -5,6 +5,7 @@
 
 #include <thread>
 
+#include "fairseq_cpp/distributed/distributed_utils.h"
 #include "fairseq_cpp/distributed/process_group_gang.h"
 #include "fairseq_cpp/distributed/topology.h"
 #include "tests/distributed/collective_suite.h"
@@ -95,6 +96,37 @@ TEST(ProcessGroupGang, BadOptionsAreUserErrors) {
   } catch (const UserError& e) {
     EXPECT_STREQ(e.what(), "backend nccl cannot run on cpu: use gloo for the CPU and nccl for CUDA.");
   }
+}
+
+TEST(DistributedInit, SingleProcessGetsAFakeGangOfOne) {
+  Topology t = infer_init_method(TopologyInputs{});
+  auto gang = distributed_init(t, 10);
+  EXPECT_EQ(gang->size(), 1);
+  EXPECT_EQ(gang->rank(), 0);
+  EXPECT_TRUE(is_master(*gang));
+  t.spawn = 2;
+  EXPECT_THROW(distributed_init(t, 10), OperationalError);
+}
+
+TEST(DistributedInit, JoinsAProcessGroupForAMultiProcessTopology) {
+  int port = pick_free_port();
+  std::vector<int> sums(2);
+  std::vector<std::thread> threads;
+  for (int r = 0; r < 2; ++r) {
+    threads.emplace_back([&, r] {
+      Topology t;
+      t.mode = LaunchMode::torchrun;
+      t.rank = r;
+      t.world_size = 2;
+      t.master_port = port;
+      auto gang = distributed_init(t, 30);
+      at::Tensor x = at::full({1}, r + 1.0);
+      all_reduce(*gang, x);
+      sums[r] = static_cast<int>(x.item<double>());
+    });
+  }
+  for (auto& th : threads) th.join();
+  EXPECT_EQ(sums, (std::vector<int>{3, 3}));
 }
 
 }  // namespace

@@ -1,0 +1,196 @@
+#include "fairseq_cpp/checkpoint/checkpoint.h"
+
+#include <fcntl.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <iterator>
+#include <string_view>
+#include <vector>
+
+#include <torch/serialize.h>
+#include <torch/torch.h>
+
+#include "fairseq_cpp/config/config.h"
+#include "fairseq_cpp/core/errors.h"
+
+namespace fairseq_cpp::checkpoint {
+namespace fs = std::filesystem;
+
+namespace {
+
+void write_all(int fd, const char* data, size_t size, const std::string& path) {
+  while (size > 0) {
+    ssize_t n = ::write(fd, data, size);
+    if (n < 0) {
+      if (errno == EINTR) continue;
+      raise<OperationalError>("cannot write {}: {}", path, std::strerror(errno));
+    }
+    data += n;
+    size -= static_cast<size_t>(n);
+  }
+}
+
+std::string first_line(const std::string& text) { return text.substr(0, text.find('\n')); }
+
+}  // namespace
+
+StateDict new_state_dict() { return c10::impl::GenericDict(c10::StringType::get(), c10::AnyType::get()); }
+
+void save_file(const std::string& path, const StateDict& state) {
+  std::vector<char> bytes = torch::pickle_save(c10::IValue(state));
+  fs::path target(path);
+  fs::path dir = target.has_parent_path() ? target.parent_path() : fs::path(".");
+  std::error_code ec;
+  fs::create_directories(dir, ec);
+  std::string tmp = (dir / ("." + target.filename().string() + ".tmp." + std::to_string(::getpid()))).string();
+  int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+  if (fd < 0) raise<OperationalError>("cannot create {}: {}", tmp, std::strerror(errno));
+  try {
+    write_all(fd, bytes.data(), bytes.size(), tmp);
+    if (::fsync(fd) != 0) raise<OperationalError>("cannot fsync {}: {}", tmp, std::strerror(errno));
+  } catch (...) {
+    ::close(fd);
+    ::unlink(tmp.c_str());
+    throw;
+  }
+  ::close(fd);
+  if (::rename(tmp.c_str(), path.c_str()) != 0) {
+    int err = errno;
+    ::unlink(tmp.c_str());
+    raise<OperationalError>("cannot rename {} to {}: {}", tmp, path, std::strerror(err));
+  }
+  int dfd = ::open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+  if (dfd >= 0) {
+    ::fsync(dfd);
+    ::close(dfd);
+  }
+}
+
+StateDict load_file(const std::string& path) {
+  std::error_code ec;
+  if (!fs::is_regular_file(path, ec)) raise<UserError>("checkpoint {}: no such file", path);
+  std::ifstream in(path, std::ios::binary);
+  std::vector<char> bytes((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  if (!in.good() && !in.eof()) raise<OperationalError>("cannot read {}", path);
+  if (bytes.size() < 4 || std::memcmp(bytes.data(), "PK\x03\x04", 4) != 0) {
+    raise<DataError>("{} is not a checkpoint: expected a zip written by torch.save / fairseq-cpp, found {}", path,
+                     bytes.size() < 4 ? "a file of " + std::to_string(bytes.size()) + " bytes" : "other content");
+  }
+  c10::IValue value;
+  try {
+    value = torch::pickle_load(bytes);
+  } catch (const c10::Error& e) {
+    // fairseq's files pickle an argparse Namespace and meters that LibTorch cannot read.
+    const std::string_view all(bytes.data(), bytes.size());
+    if (all.find("optimizer_history") != std::string_view::npos) {
+      raise<DataError>("{} is a fairseq checkpoint; convert it first: tools/fairseq-import {} OUT.pt", path, path);
+    }
+    raise<DataError>("{} is truncated or not a fairseq-cpp checkpoint: {}", path,
+                     first_line(e.what_without_backtrace()));
+  }
+  if (!value.isGenericDict()) raise<DataError>("{} is not a fairseq-cpp checkpoint: the top level is not a dict", path);
+  StateDict state = value.toGenericDict();
+  if (state.contains("args") || state.contains("optimizer_history")) {
+    raise<DataError>("{} is a fairseq checkpoint; convert it first: tools/fairseq-import {} OUT.pt", path, path);
+  }
+  for (const char* key : {kModelKey, kConfigKey}) {
+    if (!state.contains(key)) raise<DataError>("{} is not a fairseq-cpp checkpoint: no `{}` entry", path, key);
+  }
+  return state;
+}
+
+TensorDict model_state(const torch::nn::Module& module) {
+  TensorDict out;
+  for (const auto& item : module.named_parameters(true)) out.insert(item.key(), item.value().detach().cpu());
+  for (const auto& item : module.named_buffers(true)) out.insert(item.key(), item.value().detach().cpu());
+  return out;
+}
+
+TensorDict model_entry(const StateDict& checkpoint, const std::string& origin) {
+  const c10::IValue& model = checkpoint.at(kModelKey);
+  if (!model.isGenericDict()) raise<DataError>("{}: `model` is not a dict of tensors", origin);
+  TensorDict out;
+  for (const auto& item : model.toGenericDict()) {
+    if (!item.key().isString() || !item.value().isTensor()) {
+      raise<DataError>("{}: `model` must map names to tensors", origin);
+    }
+    out.insert(item.key().toStringRef(), item.value().toTensor());
+  }
+  return out;
+}
+
+void load_model_state(torch::nn::Module& module, const TensorDict& state, const std::string& origin) {
+  auto params = module.named_parameters(true);
+  auto buffers = module.named_buffers(true);
+  std::vector<std::string> missing;
+  std::vector<std::string> mismatched;
+  torch::NoGradGuard no_grad;
+  auto copy_into = [&](const std::string& name, at::Tensor target) {
+    auto it = state.find(name);
+    if (it == state.end()) {
+      missing.push_back(name);
+      return;
+    }
+    const at::Tensor& source = it->value();
+    if (!source.sizes().equals(target.sizes())) {
+      mismatched.push_back(
+          fmt::format("{} (file {}, model {})", name, c10::str(source.sizes()), c10::str(target.sizes())));
+      return;
+    }
+    target.copy_(source);
+  };
+  for (const auto& item : params) copy_into(item.key(), item.value());
+  for (const auto& item : buffers) copy_into(item.key(), item.value());
+  std::vector<std::string> unexpected;
+  for (const auto& item : state) {
+    const std::string& name = item.key();
+    if (!params.contains(name) && !buffers.contains(name)) unexpected.push_back(name);
+  }
+  auto some = [](const std::vector<std::string>& names) {
+    std::string out;
+    for (size_t i = 0; i < names.size() && i < 3; ++i) out += (i ? ", " : "") + names[i];
+    if (names.size() > 3) out += fmt::format(" and {} more", names.size() - 3);
+    return out;
+  };
+  if (!mismatched.empty()) {
+    raise<DataError>("{}: parameter shapes differ from the model's: {}", origin, some(mismatched));
+  }
+  if (!missing.empty()) raise<DataError>("{}: parameters missing: {}", origin, some(missing));
+  if (!unexpected.empty()) {
+    raise<DataError>("{}: parameters the model does not have: {}", origin, some(unexpected));
+  }
+}
+
+config::Config config_entry(const StateDict& checkpoint, const std::string& origin) {
+  const c10::IValue& cfg = checkpoint.at(kConfigKey);
+  if (!cfg.isString()) raise<DataError>("{}: `cfg` is not a YAML string", origin);
+  // load_config reads files; the YAML goes through a private temporary file.
+  char tmpl[] = "/tmp/fairseq-cpp-cfg-XXXXXX";
+  int fd = ::mkstemp(tmpl);
+  if (fd < 0) raise<OperationalError>("cannot create a temporary file: {}", std::strerror(errno));
+  const std::string& yaml = cfg.toStringRef();
+  try {
+    write_all(fd, yaml.data(), yaml.size(), tmpl);
+  } catch (...) {
+    ::close(fd);
+    ::unlink(tmpl);
+    throw;
+  }
+  ::close(fd);
+  try {
+    config::Config out = config::load_config(tmpl);
+    ::unlink(tmpl);
+    return out;
+  } catch (const ConfigError& e) {
+    ::unlink(tmpl);
+    std::string problems;
+    for (const auto& p : e.problems()) problems += (problems.empty() ? "" : "; ") + p;
+    raise<DataError>("{}: the stored config is not valid: {}", origin, problems);
+  }
+}
+
+}  // namespace fairseq_cpp::checkpoint

@@ -1,0 +1,45 @@
+#pragma once
+// The checkpoint file: a zip written by torch::pickle_save that Python's torch.load reads, holding
+// one dict (never a one-entry dict: LibTorch 1.13 cannot read those back from Python):
+//   "model"        dict parameter name -> tensor (fairseq's state-dict keys; shared ones repeated)
+//   "cfg"          the resolved config as YAML (config::dump_config)
+//   "optimizer", "lr_scheduler", "extra_state"   optional dicts (trainer state)
+// Written atomically: temporary file in the same directory, fsync, rename, fsync of the directory.
+
+#include <string>
+
+#include <ATen/Tensor.h>
+#include <ATen/core/Dict.h>
+#include <ATen/core/ivalue.h>
+#include <torch/nn/module.h>
+
+#include "fairseq_cpp/config/sections.h"
+
+namespace fairseq_cpp::checkpoint {
+
+// String keys to values (c10::impl::GenericDict with str keys).
+using StateDict = c10::impl::GenericDict;
+StateDict new_state_dict();
+using TensorDict = c10::Dict<std::string, at::Tensor>;
+
+inline constexpr const char* kModelKey = "model";
+inline constexpr const char* kConfigKey = "cfg";
+
+// Writes `state` to `path` atomically; throws OperationalError on I/O failure.
+void save_file(const std::string& path, const StateDict& state);
+// Reads a checkpoint. Throws UserError when `path` does not exist, DataError when it is truncated,
+// not a torch zip, or lacks "model"/"cfg" (with a hint to tools/fairseq-import for fairseq files).
+StateDict load_file(const std::string& path);
+
+// Parameters and buffers of `module` by fairseq name (on the CPU, detached).
+TensorDict model_state(const torch::nn::Module& module);
+// Copies `state` into `module`'s parameters. Throws DataError naming `origin` and the first keys
+// that are missing, unexpected, or of another shape.
+void load_model_state(torch::nn::Module& module, const TensorDict& state, const std::string& origin);
+// The "model" entry of a loaded checkpoint as a name -> tensor dict.
+TensorDict model_entry(const StateDict& checkpoint, const std::string& origin);
+// The "cfg" entry parsed and validated (missing keys take their defaults). Throws DataError naming
+// `origin` when it is not a valid config.
+config::Config config_entry(const StateDict& checkpoint, const std::string& origin);
+
+}  // namespace fairseq_cpp::checkpoint

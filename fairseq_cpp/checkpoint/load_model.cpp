@@ -1,0 +1,43 @@
+#include "fairseq_cpp/checkpoint/load_model.h"
+
+#include <torch/torch.h>
+
+#include "fairseq_cpp/checkpoint/checkpoint.h"
+#include "fairseq_cpp/core/errors.h"
+
+namespace fairseq_cpp::checkpoint {
+
+LoadedModel load_model(const std::string& path, const models::Vocabularies& vocabularies, const c10::Device& device) {
+  return load_model(load_file(path), path, vocabularies, device);
+}
+
+LoadedModel load_model(const StateDict& state, const std::string& path, const models::Vocabularies& vocabularies,
+                       const c10::Device& device) {
+  LoadedModel out;
+  out.config = config_entry(state, path);
+  models::TransformerOptions options;
+  try {
+    options = models::resolve_transformer_options(out.config.model, out.config.task);
+  } catch (const UserError& e) {
+    raise<DataError>("{}: stored model config: {}", path, e.what());
+  }
+  out.model = std::make_shared<models::TransformerModel>(options, vocabularies);
+  TensorDict weights = model_entry(state, path);
+  // Embedding sizes name the dictionary when they disagree.
+  auto it = weights.find("encoder.embed_tokens.weight");
+  if (it != weights.end() && it->value().size(0) != vocabularies.source_size) {
+    raise<DataError>("{} was trained with a source dictionary of {} entries, but the data's has {}", path,
+                     it->value().size(0), vocabularies.source_size);
+  }
+  it = weights.find("decoder.embed_tokens.weight");
+  if (it != weights.end() && it->value().size(0) != vocabularies.target_size) {
+    raise<DataError>("{} was trained with a target dictionary of {} entries, but the data's has {}", path,
+                     it->value().size(0), vocabularies.target_size);
+  }
+  load_model_state(*out.model, weights, path);
+  out.model->to(device);
+  out.model->eval();
+  return out;
+}
+
+}  // namespace fairseq_cpp::checkpoint

@@ -1,0 +1,66 @@
+#pragma once
+// fairseq's `cross_entropy` and `label_smoothed_cross_entropy` criterions over teacher-forced
+// logits. Sums over non-padding target tokens; fairseq v0.9's smoothing puts eps / V on every
+// vocabulary entry (the fixture was trained with it):
+//   loss = (1 - eps) * nll + eps / V * sum_v(-log p_v)
+// Logged losses are per token (or sentence) in base 2, as fairseq logs them.
+
+#include <cstdint>
+#include <string>
+
+#include <ATen/Tensor.h>
+
+#include "fairseq_cpp/config/sections.h"
+
+namespace fairseq_cpp::criterions {
+
+struct CriterionOptions {
+  std::string name = "cross_entropy";  // cross_entropy | label_smoothed_cross_entropy
+  double label_smoothing = 0.0;        // epsilon; label_smoothed_cross_entropy only
+  bool sentence_avg = false;           // sample_size = sentences instead of target tokens
+  int64_t padding_idx = 1;             // target positions with this id are left out
+  int64_t ignore_prefix_size = 0;      // leave out the first N target positions of every sentence
+  bool report_accuracy = false;        // also count correctly predicted tokens (n_correct)
+};
+
+CriterionOptions criterion_options(const config::CriterionConfig& criterion,
+                                   const config::OptimizationConfig& optimization, int64_t padding_idx);
+
+// Sums over one batch; add() them across batches and workers, then read the base-2 averages.
+struct LossStats {
+  double loss_sum = 0;      // summed training loss (natural log)
+  double nll_loss_sum = 0;  // summed negative log-likelihood (natural log)
+  int64_t sample_size = 0;  // the gradient's denominator: ntokens, or nsentences with sentence_avg
+  int64_t ntokens = 0;      // non-padding target tokens
+  int64_t nsentences = 0;   // sentences
+  int64_t n_correct = 0;    // argmax == target, with report_accuracy
+
+  void add(const LossStats& other);
+  double loss() const;        // loss_sum / sample_size / ln 2
+  double nll_loss() const;    // nll_loss_sum / ntokens / ln 2
+  double perplexity() const;  // 2 ^ nll_loss
+};
+
+struct LossOutput {
+  at::Tensor loss;      // scalar, summed; backward() on it
+  at::Tensor nll_loss;  // scalar, summed
+  LossStats stats;      // the same sums as numbers, plus the counts
+};
+
+class Criterion {
+ public:
+  explicit Criterion(const CriterionOptions& options);
+  // logits (B, T, V), target (B, T) -> summed losses over non-padding targets.
+  LossOutput operator()(const at::Tensor& logits, const at::Tensor& target) const;
+  const CriterionOptions& options() const { return options_; }
+
+ private:
+  CriterionOptions options_;
+};
+
+// fairseq's label_smoothed_nll_loss on log-probabilities (N, V) and targets (N), summed over
+// targets != ignore_index: returns {loss, nll_loss}.
+std::pair<at::Tensor, at::Tensor> label_smoothed_nll_loss(const at::Tensor& lprobs, const at::Tensor& target,
+                                                          double epsilon, int64_t ignore_index);
+
+}  // namespace fairseq_cpp::criterions

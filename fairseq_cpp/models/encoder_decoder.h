@@ -1,0 +1,62 @@
+#pragma once
+// The interface every sequence-to-sequence model offers the criterion, the trainer and the
+// sequence generator: encode once, then decode teacher-forced (training, validation) or one step
+// at a time with a cache that beam search reorders.
+
+#include <cstdint>
+#include <memory>
+#include <vector>
+
+#include <ATen/Tensor.h>
+#include <torch/nn/module.h>
+
+#include "fairseq_cpp/nn/transformer_layer.h"
+
+namespace fairseq_cpp::models {
+
+struct EncoderOut {
+  at::Tensor out;           // (B, S, C) encoder states
+  at::Tensor padding_mask;  // (B, S) bool, true at source padding
+};
+
+// The decoder's per-layer caches during incremental decoding; starts empty.
+struct IncrementalState {
+  std::vector<nn::DecoderLayerCache> layers;
+  int64_t steps = 0;  // tokens decoded so far
+  // Keeps batch rows `new_order` (B') of every cache (beam search).
+  void reorder(const at::Tensor& new_order) {
+    for (auto& layer : layers) layer.reorder(new_order);
+  }
+};
+
+class EncoderDecoderModel : public torch::nn::Module {
+ public:
+  // src_tokens (B, S) left- or right-padded, src_lengths (B) -> encoder states.
+  virtual EncoderOut encode(const at::Tensor& src_tokens, const at::Tensor& src_lengths) = 0;
+  // Teacher-forced decoding: prev_output_tokens (B, T) -> logits (B, T, V).
+  virtual at::Tensor decode(const at::Tensor& prev_output_tokens, const EncoderOut& encoder_out) = 0;
+  // One step: prev_output_tokens (B, t) holds every token so far (only the last one is embedded);
+  // returns logits (B, 1, V) for position t and extends `state`.
+  virtual at::Tensor decode_step(const at::Tensor& prev_output_tokens, const EncoderOut& encoder_out,
+                                 IncrementalState& state) = 0;
+  // Reorders the encoder output's batch rows (beam search).
+  static EncoderOut reorder_encoder_out(const EncoderOut& encoder_out, const at::Tensor& new_order);
+
+  // log-softmax over the vocabulary in float32 (fairseq's get_normalized_probs).
+  static at::Tensor log_probs(const at::Tensor& logits);
+
+  at::Tensor forward(const at::Tensor& src_tokens, const at::Tensor& src_lengths,
+                     const at::Tensor& prev_output_tokens) {
+    return decode(prev_output_tokens, encode(src_tokens, src_lengths));
+  }
+
+  virtual int64_t max_source_positions() const = 0;
+  virtual int64_t max_target_positions() const = 0;
+};
+
+// Parameters without duplicates (shared embeddings appear once), in registration order.
+std::vector<at::Tensor> unique_parameters(const torch::nn::Module& module);
+// Number of scalars in unique_parameters.
+int64_t count_parameters(const torch::nn::Module& module);
+
+}  // namespace fairseq_cpp::models

@@ -1,0 +1,112 @@
+#include "fairseq_cpp/nn/attention.h"
+
+#include <cmath>
+#include <limits>
+
+#include <torch/torch.h>
+
+#include "fairseq_cpp/core/errors.h"
+#include "fairseq_cpp/core/torch_compat.h"
+
+namespace fairseq_cpp::nn {
+
+at::Tensor attention_reference(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v, const at::Tensor& mask,
+                               double dropout, bool training) {
+  const double scaling = 1.0 / std::sqrt(static_cast<double>(q.size(-1)));
+  // (B, H, Tq, D) x (B, H, D, Tk) -> (B, H, Tq, Tk)
+  at::Tensor scores = torch::matmul(q * scaling, k.transpose(-2, -1));
+  if (mask.defined()) scores = scores.masked_fill(mask, -std::numeric_limits<float>::infinity());
+  at::Tensor probs = torch::softmax(scores.to(torch::kFloat32), -1).to(scores.scalar_type());
+  if (dropout > 0 && training) probs = torch::dropout(probs, dropout, true);
+  return torch::matmul(probs, v);  // (B, H, Tq, D)
+}
+
+at::Tensor attention(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v, const at::Tensor& mask,
+                     double dropout, bool training) {
+#if FSQ_TORCH_AT_LEAST(2, 0)
+  // The fused kernel's boolean mask is "may attend", the opposite of ours.
+  c10::optional<at::Tensor> allowed;
+  if (mask.defined()) allowed = mask.logical_not();
+  return at::scaled_dot_product_attention(q, k, v, allowed, training ? dropout : 0.0, false);
+#else
+  return attention_reference(q, k, v, mask, dropout, training);
+#endif
+}
+
+at::Tensor causal_mask(int64_t length, const at::Device& device) {
+  return torch::ones({length, length}, torch::TensorOptions().dtype(torch::kBool).device(device)).triu(1);
+}
+
+void AttentionCache::reorder(const at::Tensor& new_order) {
+  if (key.defined()) key = key.index_select(0, new_order);
+  if (value.defined()) value = value.index_select(0, new_order);
+}
+
+MultiheadAttentionImpl::MultiheadAttentionImpl(const MultiheadAttentionOptions& options)
+    : options_(options), head_dim_(options.embed_dim / std::max<int64_t>(options.num_heads, 1)) {
+  if (options.num_heads <= 0 || head_dim_ * options.num_heads != options.embed_dim) {
+    raise<UserError>("attention width {} must be divisible by the number of heads {}.", options.embed_dim,
+                     options.num_heads);
+  }
+  const int64_t c = options.embed_dim;
+  // Registration order = fairseq's state-dict order.
+  k_proj_ = register_module("k_proj", torch::nn::Linear(c, c));
+  v_proj_ = register_module("v_proj", torch::nn::Linear(c, c));
+  q_proj_ = register_module("q_proj", torch::nn::Linear(c, c));
+  out_proj_ = register_module("out_proj", torch::nn::Linear(c, c));
+  reset_parameters();
+}
+
+void MultiheadAttentionImpl::reset_parameters() {
+  torch::NoGradGuard no_grad;
+  const double gain = 1.0 / std::sqrt(2.0);
+  torch::nn::init::xavier_uniform_(k_proj_->weight, gain);
+  torch::nn::init::xavier_uniform_(v_proj_->weight, gain);
+  torch::nn::init::xavier_uniform_(q_proj_->weight, gain);
+  torch::nn::init::xavier_uniform_(out_proj_->weight);
+  torch::nn::init::zeros_(out_proj_->bias);
+}
+
+at::Tensor MultiheadAttentionImpl::split_heads(const at::Tensor& x) const {
+  // (B, T, C) -> (B, T, H, D) -> (B, H, T, D)
+  return x.view({x.size(0), x.size(1), options_.num_heads, head_dim_}).transpose(1, 2);
+}
+
+at::Tensor MultiheadAttentionImpl::forward(const at::Tensor& query, const at::Tensor& key_value,
+                                           const at::Tensor& key_padding_mask, const at::Tensor& attn_mask,
+                                           AttentionCache* cache, bool static_kv) {
+  const int64_t batch = query.size(0);
+  const int64_t tgt_len = query.size(1);
+  at::Tensor q = split_heads(q_proj_->forward(query));
+  at::Tensor k;
+  at::Tensor v;
+  if (cache != nullptr && static_kv && cache->key.defined()) {
+    k = cache->key;
+    v = cache->value;
+  } else {
+    k = split_heads(k_proj_->forward(key_value));
+    v = split_heads(v_proj_->forward(key_value));
+    if (cache != nullptr) {
+      if (!static_kv && cache->key.defined()) {
+        k = torch::cat({cache->key, k}, 2);
+        v = torch::cat({cache->value, v}, 2);
+      }
+      cache->key = k;
+      cache->value = v;
+    }
+  }
+  const int64_t src_len = k.size(2);
+
+  at::Tensor mask;
+  if (attn_mask.defined()) mask = attn_mask.view({1, 1, tgt_len, src_len});
+  if (key_padding_mask.defined()) {
+    at::Tensor pad = key_padding_mask.view({batch, 1, 1, src_len});
+    mask = mask.defined() ? mask.logical_or(pad) : pad;
+  }
+  at::Tensor out = attention(q, k, v, mask, options_.dropout, is_training());
+  // (B, H, Tq, D) -> (B, Tq, H, D) -> (B, Tq, C)
+  out = out.transpose(1, 2).reshape({batch, tgt_len, options_.embed_dim});
+  return out_proj_->forward(out);
+}
+
+}  // namespace fairseq_cpp::nn

@@ -1,0 +1,68 @@
+#pragma once
+// Multi-head attention as fairseq's MultiheadAttention: separate q/k/v/out projections (state-dict
+// keys `q_proj.weight`, ...), padding and causal masks, and a per-layer key/value cache for
+// incremental decoding. Tensors are batch-first: (B, T, C).
+
+#include <ATen/Tensor.h>
+#include <torch/nn/module.h>
+#include <torch/nn/modules/linear.h>
+
+namespace fairseq_cpp::nn {
+
+// Attention weights softmax(q k^T * scale + masks) v over (B, H, Tq, D) queries and (B, H, Tk, D)
+// keys/values; `mask` is boolean, true = may not attend, broadcastable to (B, H, Tq, Tk), or
+// undefined. Uses the fused at::scaled_dot_product_attention where LibTorch has it (2.0+), the
+// matmul-softmax-matmul path otherwise; both give the same results.
+at::Tensor attention(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v, const at::Tensor& mask,
+                     double dropout, bool training);
+// The matmul-softmax-matmul path on every LibTorch version (softmax in float32, as fairseq).
+at::Tensor attention_reference(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v, const at::Tensor& mask,
+                               double dropout, bool training);
+
+// (T, T) boolean mask, true above the diagonal: position t may not attend to positions > t.
+at::Tensor causal_mask(int64_t length, const at::Device& device);
+
+// Cached keys and values of one attention block, each (B, H, T, D); undefined until the first step.
+struct AttentionCache {
+  at::Tensor key;
+  at::Tensor value;
+  // Keeps the batch rows `new_order` (beam search): index_select on dimension 0.
+  void reorder(const at::Tensor& new_order);
+};
+
+struct MultiheadAttentionOptions {
+  int64_t embed_dim = 512;  // model width C (queries, keys and values)
+  int64_t num_heads = 8;    // heads; embed_dim must be divisible by it
+  double dropout = 0.0;     // dropout on the attention weights (fairseq's attention_dropout)
+};
+
+class MultiheadAttentionImpl : public torch::nn::Module {
+ public:
+  explicit MultiheadAttentionImpl(const MultiheadAttentionOptions& options);
+  // fairseq's initialisation: xavier_uniform with gain 1/sqrt(2) on q/k/v (v0.9+), plain xavier on
+  // out_proj, out_proj bias zero; q/k/v biases keep Linear's default.
+  void reset_parameters();
+
+  // query (B, Tq, C), key_value (B, Tk, C) -> (B, Tq, C). `key_padding_mask` (B, Tk) is true at
+  // padding; `attn_mask` (Tq, Tk) is true where attention is forbidden; either may be undefined.
+  // With a cache: self-attention appends this step's keys/values to it; with `static_kv`
+  // (encoder-decoder attention) the keys/values are computed once and `key_value` is then ignored.
+  at::Tensor forward(const at::Tensor& query, const at::Tensor& key_value, const at::Tensor& key_padding_mask,
+                     const at::Tensor& attn_mask, AttentionCache* cache = nullptr, bool static_kv = false);
+
+  const MultiheadAttentionOptions& options() const { return options_; }
+
+ private:
+  // (B, T, C) -> (B, H, T, C / H)
+  at::Tensor split_heads(const at::Tensor& x) const;
+
+  MultiheadAttentionOptions options_;
+  int64_t head_dim_;
+  torch::nn::Linear k_proj_{nullptr};
+  torch::nn::Linear v_proj_{nullptr};
+  torch::nn::Linear q_proj_{nullptr};
+  torch::nn::Linear out_proj_{nullptr};
+};
+TORCH_MODULE(MultiheadAttention);
+
+}  // namespace fairseq_cpp::nn

@@ -1,0 +1,251 @@
+#include "fairseq_cpp/optim/optimizer.h"
+
+#include <cmath>
+
+#include <torch/torch.h>
+
+#include "fairseq_cpp/core/errors.h"
+
+namespace fairseq_cpp::optim {
+namespace {
+
+std::vector<at::Tensor> zeros_like_all(const std::vector<at::Tensor>& params) {
+  std::vector<at::Tensor> out;
+  out.reserve(params.size());
+  for (const auto& p : params) out.push_back(torch::zeros_like(p, torch::kFloat32));
+  return out;
+}
+
+c10::List<at::Tensor> to_list(const std::vector<at::Tensor>& tensors) {
+  c10::List<at::Tensor> list;
+  for (const auto& t : tensors) list.push_back(t);
+  return list;
+}
+
+class Adam : public Optimizer {
+ public:
+  Adam(std::vector<at::Tensor> params, const OptimizerOptions& o)
+      : Optimizer(std::move(params), o.lr),
+        beta1_(o.betas.at(0)),
+        beta2_(o.betas.at(1)),
+        eps_(o.eps),
+        weight_decay_(o.weight_decay),
+        steps_(params_.size(), 0) {
+    exp_avg_ = zeros_like_all(params_);
+    exp_avg_sq_ = zeros_like_all(params_);
+  }
+  std::string name() const override { return "adam"; }
+
+  void step() override {
+    torch::NoGradGuard no_grad;
+    for (size_t i = 0; i < params_.size(); ++i) {
+      at::Tensor& p = params_[i];
+      if (!p.grad().defined()) continue;
+      at::Tensor grad = p.grad().to(torch::kFloat32);
+      at::Tensor p32 = p.scalar_type() == torch::kFloat32 ? p : p.to(torch::kFloat32);
+      const int64_t t = ++steps_[i];
+      exp_avg_[i].mul_(beta1_).add_(grad, 1 - beta1_);
+      exp_avg_sq_[i].mul_(beta2_).addcmul_(grad, grad, 1 - beta2_);
+      at::Tensor denom = exp_avg_sq_[i].sqrt().add_(eps_);
+      const double bias_correction1 = 1 - std::pow(beta1_, static_cast<double>(t));
+      const double bias_correction2 = 1 - std::pow(beta2_, static_cast<double>(t));
+      const double step_size = lr_ * std::sqrt(bias_correction2) / bias_correction1;
+      if (weight_decay_ != 0) p32.add_(p32, -weight_decay_ * lr_);
+      p32.addcdiv_(exp_avg_[i], denom, -step_size);
+      if (!p32.is_same(p)) p.copy_(p32);
+    }
+  }
+
+  StateDict state_dict() const override {
+    StateDict s = Optimizer::state_dict();
+    s.insert("step", c10::List<int64_t>(steps_));
+    s.insert("exp_avg", to_list(exp_avg_));
+    s.insert("exp_avg_sq", to_list(exp_avg_sq_));
+    return s;
+  }
+  void load_state_dict(const StateDict& s) override {
+    Optimizer::load_state_dict(s);
+    exp_avg_ = load_buffers(s, "exp_avg");
+    exp_avg_sq_ = load_buffers(s, "exp_avg_sq");
+    if (!s.contains("step")) raise<DataError>("optimizer state: no `step` entry");
+    steps_ = s.at("step").toIntVector();
+    if (steps_.size() != params_.size()) raise<DataError>("optimizer state: `step` has the wrong length");
+  }
+
+ private:
+  double beta1_, beta2_, eps_, weight_decay_;
+  std::vector<int64_t> steps_;
+  std::vector<at::Tensor> exp_avg_, exp_avg_sq_;
+};
+
+class Sgd : public Optimizer {
+ public:
+  Sgd(std::vector<at::Tensor> params, const OptimizerOptions& o, bool nesterov_fairseq)
+      : Optimizer(std::move(params), o.lr),
+        momentum_(o.momentum),
+        weight_decay_(o.weight_decay),
+        nag_(nesterov_fairseq),
+        lr_old_(o.lr) {
+    buffers_ = zeros_like_all(params_);
+    started_.assign(params_.size(), false);
+  }
+  std::string name() const override { return nag_ ? "nag" : "sgd"; }
+
+  void step() override {
+    torch::NoGradGuard no_grad;
+    if (nag_) {
+      step_nag();
+    } else {
+      step_sgd();
+    }
+  }
+
+  StateDict state_dict() const override {
+    StateDict s = Optimizer::state_dict();
+    s.insert("momentum_buffer", to_list(buffers_));
+    std::vector<int64_t> started(started_.begin(), started_.end());
+    s.insert("started", c10::List<int64_t>(started));
+    s.insert("lr_old", lr_old_);
+    return s;
+  }
+  void load_state_dict(const StateDict& s) override {
+    Optimizer::load_state_dict(s);
+    buffers_ = load_buffers(s, "momentum_buffer");
+    auto started = s.at("started").toIntVector();
+    started_.assign(started.begin(), started.end());
+    lr_old_ = s.at("lr_old").toDouble();
+  }
+
+ private:
+  // torch.optim.SGD, dampening 0: d = g + wd p; buf = d at the first step, else m buf + d; p -= lr buf.
+  void step_sgd() {
+    for (size_t i = 0; i < params_.size(); ++i) {
+      at::Tensor& p = params_[i];
+      if (!p.grad().defined()) continue;
+      at::Tensor d = p.grad().to(torch::kFloat32);
+      if (weight_decay_ != 0) d = d.add(p.to(torch::kFloat32), weight_decay_);
+      if (momentum_ != 0) {
+        if (!started_[i]) {
+          buffers_[i].copy_(d);
+          started_[i] = true;
+        } else {
+          buffers_[i].mul_(momentum_).add_(d);
+        }
+        d = buffers_[i];
+      }
+      p.add_(d.to(p.scalar_type()), -lr_);
+    }
+  }
+
+  // fairseq's NAG with lr correction for a changing learning rate.
+  void step_nag() {
+    const double lr_correct = lr_ / lr_old_;
+    for (size_t i = 0; i < params_.size(); ++i) {
+      at::Tensor& p = params_[i];
+      if (!p.grad().defined()) continue;
+      at::Tensor p32 = p.scalar_type() == torch::kFloat32 ? p : p.to(torch::kFloat32);
+      at::Tensor d = p.grad().to(torch::kFloat32);
+      at::Tensor& buf = buffers_[i];
+      if (weight_decay_ != 0) p32.mul_(1 - lr_ * weight_decay_);
+      p32.add_(buf, momentum_ * momentum_ * lr_correct);
+      p32.add_(d, -(1 + momentum_) * lr_);
+      buf.mul_(momentum_ * lr_correct).add_(d, -lr_);
+      if (!p32.is_same(p)) p.copy_(p32);
+    }
+    lr_old_ = lr_;
+  }
+
+  double momentum_, weight_decay_;
+  bool nag_;
+  double lr_old_;
+  std::vector<at::Tensor> buffers_;
+  std::vector<bool> started_;
+};
+
+}  // namespace
+
+OptimizerOptions optimizer_options(const config::OptimizerConfig& optimizer,
+                                   const config::OptimizationConfig& optimization) {
+  OptimizerOptions o;
+  o.name = optimizer._name;
+  o.lr = optimization.lr.empty() ? 0.0 : optimization.lr.front();
+  o.betas = optimizer.adam_betas;
+  o.eps = optimizer.adam_eps;
+  o.weight_decay = optimizer.weight_decay;
+  o.momentum = optimizer.momentum;
+  return o;
+}
+
+void Optimizer::zero_grad() {
+  for (auto& p : params_) {
+    if (p.grad().defined()) {
+      p.mutable_grad().detach_();
+      p.mutable_grad().zero_();
+    }
+  }
+}
+
+StateDict new_state_dict() { return c10::impl::GenericDict(c10::StringType::get(), c10::AnyType::get()); }
+
+StateDict Optimizer::state_dict() const {
+  StateDict s = new_state_dict();
+  s.insert("name", name());
+  s.insert("lr", lr_);
+  return s;
+}
+
+void Optimizer::load_state_dict(const StateDict& s) {
+  if (!s.contains("name") || !s.contains("lr")) raise<DataError>("optimizer state: no `name`/`lr` entries");
+  const std::string stored = s.at("name").toStringRef();
+  if (stored != name()) {
+    raise<DataError>("optimizer state is for `{}`, but the optimizer is `{}` (use checkpoint.reset_optimizer=true)",
+                     stored, name());
+  }
+  lr_ = s.at("lr").toDouble();
+}
+
+std::vector<at::Tensor> Optimizer::load_buffers(const StateDict& s, const std::string& key) const {
+  if (!s.contains(key)) raise<DataError>("optimizer state: no `{}` entry", key);
+  std::vector<at::Tensor> out = s.at(key).toTensorVector();
+  if (out.size() != params_.size()) {
+    raise<DataError>("optimizer state `{}` has {} tensors for {} parameters (use checkpoint.reset_optimizer=true)", key,
+                     out.size(), params_.size());
+  }
+  for (size_t i = 0; i < out.size(); ++i) {
+    if (!out[i].sizes().equals(params_[i].sizes())) {
+      raise<DataError>("optimizer state `{}`[{}] has shape {}, the parameter {}", key, i, c10::str(out[i].sizes()),
+                       c10::str(params_[i].sizes()));
+    }
+    out[i] = out[i].to(params_[i].device(), torch::kFloat32).clone();
+  }
+  return out;
+}
+
+std::unique_ptr<Optimizer> build_optimizer(const OptimizerOptions& options, std::vector<at::Tensor> params) {
+  if (options.name == "adam") {
+    if (options.betas.size() != 2) raise<UserError>("`optimizer.adam_betas` must have 2 values");
+    return std::make_unique<Adam>(std::move(params), options);
+  }
+  if (options.name == "sgd") return std::make_unique<Sgd>(std::move(params), options, false);
+  if (options.name == "nag") return std::make_unique<Sgd>(std::move(params), options, true);
+  raise<UserError>("`optimizer._name` must be adam, sgd or nag, but is `{}` instead.", options.name);
+}
+
+double clip_grad_norm(const std::vector<at::Tensor>& params, double max_norm) {
+  std::vector<at::Tensor> norms;
+  for (const auto& p : params) {
+    if (p.grad().defined()) norms.push_back(p.grad().to(torch::kFloat32).norm());
+  }
+  if (norms.empty()) return 0.0;
+  const double total = torch::stack(norms).norm().item<double>();
+  if (max_norm > 0 && total > max_norm) {
+    const double coef = max_norm / (total + 1e-6);
+    torch::NoGradGuard no_grad;
+    for (const auto& p : params) {
+      if (p.grad().defined()) p.grad().mul_(coef);
+    }
+  }
+  return total;
+}
+
+}  // namespace fairseq_cpp::optim

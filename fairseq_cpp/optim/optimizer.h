@@ -1,0 +1,70 @@
+#pragma once
+// fairseq's optimizers over a flat list of parameters, with their exact update rules:
+//   adam: FairseqAdam — eps added to sqrt(v) before bias correction, weight decay decoupled
+//         (p -= lr * wd * p, then p -= lr * sqrt(1 - b2^t) / (1 - b1^t) * m / (sqrt(v) + eps));
+//   sgd:  torch.optim.SGD (L2 weight decay added to the gradient, heavy-ball momentum);
+//   nag:  fairseq's NAG (Nesterov momentum with lr correction, p *= 1 - lr * wd).
+// The learning rate is set from outside (LrScheduler); state_dict() includes it, since
+// LibTorch's own optimizers do not restore it.
+
+#include <memory>
+#include <string>
+#include <vector>
+
+#include <ATen/Tensor.h>
+#include <ATen/core/Dict.h>
+#include <ATen/core/ivalue.h>
+
+#include "fairseq_cpp/config/sections.h"
+
+namespace fairseq_cpp::optim {
+
+// String keys to values (c10::impl::GenericDict with str keys); make one with new_state_dict().
+using StateDict = c10::impl::GenericDict;
+StateDict new_state_dict();
+
+struct OptimizerOptions {
+  std::string name = "adam";              // adam | sgd | nag
+  double lr = 0.25;                       // initial learning rate (the scheduler sets it afterwards)
+  std::vector<double> betas{0.9, 0.999};  // adam: beta1, beta2
+  double eps = 1e-8;                      // adam: added to sqrt(v)
+  double weight_decay = 0.0;              // 0 = none (adam: decoupled; sgd: L2 in the gradient; nag: p *= 1 - lr wd)
+  double momentum = 0.0;                  // sgd/nag momentum
+};
+
+OptimizerOptions optimizer_options(const config::OptimizerConfig& optimizer,
+                                   const config::OptimizationConfig& optimization);
+
+class Optimizer {
+ public:
+  explicit Optimizer(std::vector<at::Tensor> params, double lr) : params_(std::move(params)), lr_(lr) {}
+  virtual ~Optimizer() = default;
+  // One update from the parameters' .grad(); parameters without a gradient are skipped.
+  virtual void step() = 0;
+  virtual std::string name() const = 0;
+  // Sets every gradient to zero (in place where one exists).
+  void zero_grad();
+  double lr() const { return lr_; }
+  void set_lr(double lr) { lr_ = lr; }
+  const std::vector<at::Tensor>& params() const { return params_; }
+
+  // {"name", "lr", plus per-parameter state as lists in parameter order}; never a one-entry dict.
+  virtual StateDict state_dict() const;
+  // Throws DataError when the state is for another optimizer or other parameter shapes.
+  virtual void load_state_dict(const StateDict& state);
+
+ protected:
+  // Reads a list of tensors `key` of state, one per parameter, checking count and shapes.
+  std::vector<at::Tensor> load_buffers(const StateDict& state, const std::string& key) const;
+
+  std::vector<at::Tensor> params_;
+  double lr_;
+};
+
+std::unique_ptr<Optimizer> build_optimizer(const OptimizerOptions& options, std::vector<at::Tensor> params);
+
+// fairseq's clip_grad_norm_: the L2 norm of all gradients together; when max_norm > 0 and the norm
+// exceeds it, every gradient is scaled by max_norm / (norm + 1e-6). Returns the norm before clipping.
+double clip_grad_norm(const std::vector<at::Tensor>& params, double max_norm);
+
+}  // namespace fairseq_cpp::optim

@@ -1,0 +1,133 @@
+// The checkpoint file: atomic save, load, the model state by fairseq name, and clear errors for
+// missing, truncated and foreign files.
+#include <gtest/gtest.h>
+
+#include <filesystem>
+#include <fstream>
+
+#include <torch/torch.h>
+
+#include "fairseq_cpp/checkpoint/checkpoint.h"
+#include "fairseq_cpp/config/config.h"
+#include "fairseq_cpp/core/errors.h"
+#include "fairseq_cpp/models/transformer.h"
+#include "tests/support/test_support.h"
+
+namespace fairseq_cpp::checkpoint {
+namespace {
+namespace fs = std::filesystem;
+
+std::shared_ptr<models::TransformerModel> tiny_model(uint64_t seed) {
+  torch::manual_seed(seed);
+  config::ModelConfig m;
+  m.arch = "transformer_tiny";
+  m.share_decoder_input_output_embed = true;
+  return std::make_shared<models::TransformerModel>(models::resolve_transformer_options(m, config::TaskConfig{}),
+                                                    models::Vocabularies{20, 24, 1, false});
+}
+
+StateDict sample_checkpoint(const models::TransformerModel& model) {
+  config::Config cfg;
+  cfg.model.arch = "transformer_tiny";
+  cfg.model.share_decoder_input_output_embed = true;
+  StateDict state = new_state_dict();
+  state.insert(kModelKey, model_state(model));
+  state.insert(kConfigKey, config::dump_config(cfg));
+  StateDict extra = new_state_dict();
+  extra.insert("num_updates", int64_t{17});
+  extra.insert("best", 4.5);
+  state.insert("extra_state", extra);
+  return state;
+}
+
+std::string expect_error_text(const std::function<void()>& f) {
+  try {
+    f();
+  } catch (const Error& e) {
+    return e.what();
+  }
+  ADD_FAILURE() << "no error";
+  return "";
+}
+
+TEST(Checkpoint, SaveAndLoadRoundTripTheModelAndConfig) {
+  testing::TempDir dir;
+  auto a = tiny_model(1);
+  const std::string path = dir.path() + "/sub/checkpoint_last.pt";
+  save_file(path, sample_checkpoint(*a));
+  // Atomic: nothing but the file itself is left in the directory.
+  int entries = 0;
+  for (const auto& e : fs::directory_iterator(dir.path() + "/sub")) {
+    ++entries;
+    EXPECT_EQ(e.path().filename(), "checkpoint_last.pt");
+  }
+  EXPECT_EQ(entries, 1);
+
+  StateDict loaded = load_file(path);
+  auto b = tiny_model(2);
+  load_model_state(*b, model_entry(loaded, path), path);
+  auto pa = a->named_parameters(true), pb = b->named_parameters(true);
+  ASSERT_EQ(pa.size(), pb.size());
+  for (const auto& item : pa) EXPECT_TRUE(torch::equal(item.value(), pb[item.key()])) << item.key();
+  config::Config cfg = config_entry(loaded, path);
+  EXPECT_EQ(cfg.model.arch, "transformer_tiny");
+  EXPECT_EQ(cfg.model.share_decoder_input_output_embed, std::optional<bool>(true));
+  EXPECT_EQ(loaded.at("extra_state").toGenericDict().at("num_updates").toInt(), 17);
+}
+
+TEST(Checkpoint, MissingTruncatedAndForeignFilesAreClearErrors) {
+  testing::TempDir dir;
+  const std::string missing = dir.path() + "/nope.pt";
+  EXPECT_THROW(load_file(missing), UserError);
+  EXPECT_NE(expect_error_text([&] { load_file(missing); }).find(missing), std::string::npos);
+
+  const std::string good = dir.path() + "/good.pt";
+  save_file(good, sample_checkpoint(*tiny_model(1)));
+  std::string bytes = testing::read_file(good);
+  const std::string truncated = dir.write("truncated.pt", bytes.substr(0, bytes.size() / 2));
+  std::string text = expect_error_text([&] { load_file(truncated); });
+  EXPECT_NE(text.find(truncated), std::string::npos) << text;
+  EXPECT_NE(text.find("truncated"), std::string::npos) << text;
+  EXPECT_THROW(load_file(truncated), DataError);
+
+  const std::string foreign = dir.write("notes.pt", "model: not a checkpoint\n");
+  text = expect_error_text([&] { load_file(foreign); });
+  EXPECT_NE(text.find(foreign), std::string::npos) << text;
+  EXPECT_NE(text.find("expected a zip"), std::string::npos) << text;
+
+  // A torch zip that is not ours: a bare tensor, and a dict without "cfg".
+  const std::string tensor_file = dir.path() + "/tensor.pt";
+  {
+    auto data = torch::pickle_save(torch::ones({2}));
+    std::ofstream(tensor_file, std::ios::binary).write(data.data(), static_cast<std::streamsize>(data.size()));
+  }
+  EXPECT_THROW(load_file(tensor_file), DataError);
+  StateDict no_cfg = new_state_dict();
+  no_cfg.insert(kModelKey, model_state(*tiny_model(1)));
+  no_cfg.insert("other", int64_t{1});
+  save_file(dir.path() + "/nocfg.pt", no_cfg);
+  EXPECT_NE(expect_error_text([&] { load_file(dir.path() + "/nocfg.pt"); }).find("no `cfg`"), std::string::npos);
+}
+
+TEST(Checkpoint, ModelStateMismatchesNameTheParameters) {
+  auto a = tiny_model(1);
+  TensorDict state = model_state(*a);
+  ASSERT_EQ(state.erase("decoder.layers.1.fc2.bias"), 1u);
+  std::string text = expect_error_text([&] { load_model_state(*a, state, "x.pt"); });
+  EXPECT_NE(text.find("decoder.layers.1.fc2.bias"), std::string::npos) << text;
+  EXPECT_NE(text.find("missing"), std::string::npos) << text;
+
+  state = model_state(*a);
+  state.insert("decoder.embed_out", torch::zeros({24, 64}));
+  text = expect_error_text([&] { load_model_state(*a, state, "x.pt"); });
+  EXPECT_NE(text.find("decoder.embed_out"), std::string::npos) << text;
+
+  state = model_state(*a);
+  state.insert_or_assign("encoder.embed_tokens.weight", torch::zeros({21, 64}));
+  text = expect_error_text([&] { load_model_state(*a, state, "x.pt"); });
+  EXPECT_NE(text.find("encoder.embed_tokens.weight"), std::string::npos) << text;
+  EXPECT_NE(text.find("[21, 64]"), std::string::npos) << text;
+}
+
+}  // namespace
+}  // namespace fairseq_cpp::checkpoint

@@ -1,0 +1,111 @@
+// fairseq's criterions against a hand computation on a 3-word vocabulary.
+#include <gtest/gtest.h>
+
+#include <cmath>
+
+#include <torch/torch.h>
+
+#include "fairseq_cpp/core/errors.h"
+#include "fairseq_cpp/criterions/cross_entropy.h"
+
+namespace fairseq_cpp::criterions {
+namespace {
+
+const double ln2 = std::log(2.0), ln3 = std::log(3.0), ln6 = std::log(6.0);
+
+// Two sentences of two positions; padding_idx 0. Rows (logits -> probabilities):
+//   A = [0, 0, 0]         -> [1/3, 1/3, 1/3]
+//   B = [0, ln 2, ln 3]   -> [1/6, 2/6, 3/6]
+// sentence 0 = [A -> target 1, B -> target 2], sentence 1 = [B -> target 2, anything -> pad].
+struct Example {
+  at::Tensor logits, target;
+  Example() {
+    auto a = std::vector<float>{0, 0, 0};
+    auto b = std::vector<float>{0, static_cast<float>(ln2), static_cast<float>(ln3)};
+    auto junk = std::vector<float>{50, -50, 7};
+    std::vector<float> all;
+    for (auto* row : {&a, &b, &b, &junk}) all.insert(all.end(), row->begin(), row->end());
+    logits = torch::tensor(all).view({2, 2, 3}).requires_grad_(true);
+    target = torch::tensor({1, 2, 2, 0}, torch::kLong).view({2, 2});
+  }
+};
+
+CriterionOptions options(const std::string& name, double eps, bool sentence_avg = false) {
+  CriterionOptions o;
+  o.name = name;
+  o.label_smoothing = eps;
+  o.sentence_avg = sentence_avg;
+  o.padding_idx = 0;
+  o.report_accuracy = true;
+  return o;
+}
+
+TEST(Criterion, CrossEntropyIsTheSummedNllOverNonPadding) {
+  Example ex;
+  LossOutput out = Criterion(options("cross_entropy", 0.0))(ex.logits, ex.target);
+  const double nll = ln3 + ln2 + ln2;  // -ln(1/3) - ln(1/2) - ln(1/2)
+  EXPECT_NEAR(out.loss.item<double>(), nll, 1e-6);
+  EXPECT_NEAR(out.stats.loss_sum, nll, 1e-6);
+  EXPECT_NEAR(out.stats.nll_loss_sum, nll, 1e-6);
+  EXPECT_EQ(out.stats.ntokens, 3);
+  EXPECT_EQ(out.stats.nsentences, 2);
+  EXPECT_EQ(out.stats.sample_size, 3);
+  EXPECT_EQ(out.stats.n_correct, 2);                   // B's argmax is 2 (twice); A's argmax is 0, target 1
+  EXPECT_NEAR(out.stats.loss(), nll / 3 / ln2, 1e-6);  // fairseq logs base 2
+  EXPECT_NEAR(out.stats.perplexity(), std::pow(2.0, nll / 3 / ln2), 1e-5);
+
+  // d loss / d logits = softmax - onehot on real tokens, zero on the padding position.
+  out.loss.backward();
+  at::Tensor grad = ex.logits.grad();
+  EXPECT_NEAR(grad[0][0][1].item<double>(), 1.0 / 3 - 1, 1e-6);
+  EXPECT_NEAR(grad[0][1][2].item<double>(), 0.5 - 1, 1e-6);
+  EXPECT_NEAR(grad[1][0][0].item<double>(), 1.0 / 6, 1e-6);
+  EXPECT_EQ(grad[1][1].abs().sum().item<double>(), 0.0);
+}
+
+TEST(Criterion, LabelSmoothingSpreadsEpsOverTheVocabularyAsFairseqV09) {
+  Example ex;
+  const double eps = 0.1;
+  LossOutput out = Criterion(options("label_smoothed_cross_entropy", eps))(ex.logits, ex.target);
+  const double nll = ln3 + 2 * ln2;
+  // sum over the vocabulary of -log p: A: 3 ln 3; B: ln 6 + ln 3 + ln 2 = ln 36 (twice).
+  const double smooth = 3 * ln3 + 2 * (ln6 + ln3 + ln2);
+  const double expected = (1 - eps) * nll + eps / 3 * smooth;  // eps_i = eps / V (v0.9)
+  EXPECT_NEAR(out.stats.loss_sum, expected, 1e-6);
+  EXPECT_NEAR(out.loss.item<double>(), expected, 1e-6);
+  EXPECT_NEAR(out.stats.nll_loss_sum, nll, 1e-6);
+  EXPECT_NEAR(out.stats.loss(), expected / 3 / ln2, 1e-6);
+  EXPECT_NEAR(out.stats.nll_loss(), nll / 3 / ln2, 1e-6);
+  // Newer fairseq's eps / (V - 1) would give a different number: the test tells them apart.
+  const double newer = (1 - eps - eps / 2) * nll + eps / 2 * smooth;
+  EXPECT_GT(std::abs(out.stats.loss_sum - newer), 1e-3);
+}
+
+TEST(Criterion, SentenceAvgAndStatsAccumulate) {
+  Example ex;
+  LossOutput out = Criterion(options("label_smoothed_cross_entropy", 0.1, true))(ex.logits, ex.target);
+  EXPECT_EQ(out.stats.sample_size, 2);
+  LossStats total;
+  total.add(out.stats);
+  total.add(out.stats);
+  EXPECT_EQ(total.ntokens, 6);
+  EXPECT_EQ(total.sample_size, 4);
+  EXPECT_NEAR(total.loss(), out.stats.loss(), 1e-12);
+}
+
+TEST(Criterion, IgnorePrefixSizeDropsLeadingPositions) {
+  Example ex;
+  auto o = options("cross_entropy", 0.0);
+  o.ignore_prefix_size = 1;
+  LossOutput out = Criterion(o)(ex.logits, ex.target);
+  EXPECT_NEAR(out.stats.loss_sum, ln2, 1e-6);  // only sentence 0's second position remains
+  EXPECT_EQ(out.stats.ntokens, 1);
+}
+
+TEST(Criterion, RefusesUnknownNamesAndSmoothingWithoutTheSmoothedCriterion) {
+  EXPECT_THROW(Criterion(options("mse", 0.0)), UserError);
+  EXPECT_THROW(Criterion(options("cross_entropy", 0.1)), UserError);
+}
+
+}  // namespace
+}  // namespace fairseq_cpp::criterions

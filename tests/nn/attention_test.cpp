@@ -1,0 +1,73 @@
+// The attention function and module against hand computations.
+#include <gtest/gtest.h>
+
+#include <cmath>
+
+#include <torch/torch.h>
+
+#include "fairseq_cpp/nn/attention.h"
+
+namespace fairseq_cpp::nn {
+namespace {
+
+TEST(Attention, ReferencePathMatchesAHandComputation) {
+  // One head, D = 2: q = [1, 0], keys [1, 0] and [0, 1]: scores [1, 0] / sqrt(2).
+  at::Tensor q = torch::tensor({1.f, 0.f}).view({1, 1, 1, 2});
+  at::Tensor k = torch::tensor({1.f, 0.f, 0.f, 1.f}).view({1, 1, 2, 2});
+  at::Tensor v = torch::tensor({1.f, 2.f, 3.f, 4.f}).view({1, 1, 2, 2});
+  const double a = std::exp(1 / std::sqrt(2.0)) / (std::exp(1 / std::sqrt(2.0)) + 1);
+  at::Tensor out = attention_reference(q, k, v, at::Tensor(), 0.0, false);
+  EXPECT_NEAR(out[0][0][0][0].item<double>(), a * 1 + (1 - a) * 3, 1e-6);
+  EXPECT_NEAR(out[0][0][0][1].item<double>(), a * 2 + (1 - a) * 4, 1e-6);
+  // Masking the second key leaves the first value.
+  at::Tensor mask = torch::tensor({false, true}).view({1, 1, 1, 2});
+  out = attention(q, k, v, mask, 0.0, false);
+  EXPECT_NEAR(out[0][0][0][0].item<double>(), 1.0, 1e-6);
+  EXPECT_NEAR(out[0][0][0][1].item<double>(), 2.0, 1e-6);
+}
+
+TEST(Attention, DispatchedPathEqualsReferencePath) {
+  torch::manual_seed(0);
+  at::Tensor q = torch::randn({2, 3, 5, 4}), k = torch::randn({2, 3, 6, 4}), v = torch::randn({2, 3, 6, 4});
+  at::Tensor mask = torch::rand({2, 1, 5, 6}) > 0.6;
+  mask.select(3, 0).fill_(false);  // every query keeps one key
+  at::Tensor a = attention(q, k, v, mask, 0.0, false);
+  at::Tensor b = attention_reference(q, k, v, mask, 0.0, false);
+  EXPECT_LT((a - b).abs().max().item<double>(), 1e-5);
+}
+
+TEST(Attention, CausalMaskForbidsTheFuture) {
+  at::Tensor m = causal_mask(3, torch::kCPU);
+  EXPECT_TRUE(torch::equal(m, torch::tensor({0, 1, 1, 0, 0, 1, 0, 0, 0}).view({3, 3}).to(torch::kBool)));
+}
+
+TEST(Attention, ModuleHasFairseqsParameterNamesAndInitialisation) {
+  torch::manual_seed(0);
+  MultiheadAttention mha(MultiheadAttentionOptions{256, 4, 0.0});
+  std::vector<std::string> names;
+  for (const auto& p : mha->named_parameters()) names.push_back(p.key());
+  EXPECT_EQ(names, (std::vector<std::string>{"k_proj.weight", "k_proj.bias", "v_proj.weight", "v_proj.bias",
+                                             "q_proj.weight", "q_proj.bias", "out_proj.weight", "out_proj.bias"}));
+  auto params = mha->named_parameters();
+  // xavier_uniform with gain 1/sqrt(2): bound = gain * sqrt(6 / (256 + 256)) = sqrt(3 / 512).
+  const double bound = std::sqrt(3.0 / 512);
+  EXPECT_LE(params["q_proj.weight"].abs().max().item<double>(), bound);
+  EXPECT_GT(params["q_proj.weight"].abs().max().item<double>(), 0.95 * bound);
+  EXPECT_GT(params["out_proj.weight"].abs().max().item<double>(), 1.3 * bound);  // plain xavier: sqrt(2) wider
+  EXPECT_EQ(params["out_proj.bias"].abs().sum().item<double>(), 0.0);
+}
+
+TEST(Attention, PaddedKeysDoNotChangeTheResult) {
+  torch::manual_seed(1);
+  MultiheadAttention mha(MultiheadAttentionOptions{8, 2, 0.0});
+  at::Tensor query = torch::randn({1, 3, 8});
+  at::Tensor keys = torch::randn({1, 4, 8});
+  at::Tensor padded = torch::cat({keys, torch::randn({1, 2, 8})}, 1);
+  at::Tensor pad_mask = torch::tensor({false, false, false, false, true, true}).view({1, 6});
+  at::Tensor a = mha->forward(query, keys, at::Tensor(), at::Tensor());
+  at::Tensor b = mha->forward(query, padded, pad_mask, at::Tensor());
+  EXPECT_LT((a - b).abs().max().item<double>(), 1e-6);
+}
+
+}  // namespace
+}  // namespace fairseq_cpp::nn

@@ -1,0 +1,66 @@
+// The attention module (matmul-softmax-matmul on LibTorch 1.13, fused on 2.x) against PyTorch's
+// own multi_head_attention_forward run by Debian's python3-torch on the same inputs and weights.
+#include <gtest/gtest.h>
+
+#include <fstream>
+#include <sstream>
+
+#include <torch/torch.h>
+
+#include "fairseq_cpp/checkpoint/checkpoint.h"
+#include "fairseq_cpp/nn/attention.h"
+#include "tests/support/test_support.h"
+
+namespace fairseq_cpp::nn {
+namespace {
+
+TEST(AttentionReference, EqualsPytorchsMultiHeadAttentionForward) {
+  torch::manual_seed(7);
+  torch::NoGradGuard no_grad;
+  auto cases = checkpoint::new_state_dict();
+  struct Case {
+    std::string name;
+    int64_t batch, tgt, src, dim, heads;
+    bool causal, padding;
+  };
+  for (const Case& c :
+       {Case{"self_causal", 2, 5, 5, 16, 4, true, false}, Case{"cross_padded", 3, 4, 7, 12, 3, false, true},
+        Case{"self_both", 2, 6, 6, 8, 2, true, true}}) {
+    MultiheadAttention mha(MultiheadAttentionOptions{c.dim, c.heads, 0.0});
+    mha->eval();
+    at::Tensor query = torch::randn({c.batch, c.tgt, c.dim});
+    at::Tensor key = c.causal ? query : torch::randn({c.batch, c.src, c.dim});
+    at::Tensor pad = torch::empty({0}, torch::kBool);
+    if (c.padding) {
+      pad = torch::zeros({c.batch, c.src}, torch::kBool);
+      pad[0].narrow(0, c.src - 2, 2).fill_(true);  // right padding keeps key 0 for every query
+    }
+    at::Tensor mask = c.causal ? causal_mask(c.tgt, torch::kCPU) : torch::empty({0}, torch::kBool);
+    at::Tensor out = mha->forward(query, key, pad.numel() ? pad : at::Tensor(), mask.numel() ? mask : at::Tensor());
+    auto put = [&](const std::string& k, const at::Tensor& t) { cases.insert(c.name + "." + k, t.contiguous()); };
+    put("query", query);
+    put("key", key);
+    put("heads", torch::tensor({c.heads}));
+    put("key_padding_mask", pad);
+    put("attn_mask", mask);
+    for (const auto& p : mha->named_parameters()) put(p.key(), p.value());
+    put("out", out);
+  }
+  testing::TempDir dir;
+  const std::string path = dir.path() + "/cases.pt";
+  checkpoint::save_file(path, cases);
+  auto r = testing::run({"/usr/bin/python3", testing::source_dir() + "/tests/nn/mha_reference.py", path});
+  ASSERT_EQ(r.exit_code, 0) << "python3-torch reference failed (is python3-torch installed?)\n" << r.err;
+  std::istringstream lines(r.out);
+  std::string name;
+  double diff;
+  int seen = 0;
+  while (lines >> name >> diff) {
+    EXPECT_LT(diff, 1e-5) << name;
+    ++seen;
+  }
+  EXPECT_EQ(seen, 3) << r.out;
+}
+
+}  // namespace
+}  // namespace fairseq_cpp::nn

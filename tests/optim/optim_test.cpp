@@ -1,0 +1,257 @@
+// Optimizers, gradient clipping and LR schedules against closed forms and hand computations.
+#include <gtest/gtest.h>
+
+#include <cmath>
+
+#include <torch/torch.h>
+
+#include "fairseq_cpp/core/errors.h"
+#include "fairseq_cpp/optim/lr_scheduler.h"
+#include "fairseq_cpp/optim/optimizer.h"
+
+namespace fairseq_cpp::optim {
+namespace {
+
+at::Tensor scalar_param(double value) { return torch::tensor({static_cast<float>(value)}).requires_grad_(true); }
+
+void set_grad(at::Tensor& p, double g) { p.mutable_grad() = torch::tensor({static_cast<float>(g)}); }
+
+OptimizerOptions adam_options(double lr, double wd) {
+  OptimizerOptions o;
+  o.name = "adam";
+  o.lr = lr;
+  o.betas = {0.9, 0.98};
+  o.eps = 1e-8;
+  o.weight_decay = wd;
+  return o;
+}
+
+TEST(Adam, ConstantGradientFollowsTheClosedForm) {
+  // With a constant gradient g: m_t = g (1 - b1^t), v_t = g^2 (1 - b2^t), so each update is
+  // p <- p (1 - lr wd) - lr g sqrt(1 - b2^t) / (|g| sqrt(1 - b2^t) + eps).
+  at::Tensor p = scalar_param(1.0);
+  auto adam = build_optimizer(adam_options(0.1, 0.01), {p});
+  double expected = 1.0;
+  const double g = 0.5;
+  for (int t = 1; t <= 5; ++t) {
+    set_grad(p, g);
+    adam->step();
+    const double bc2 = std::sqrt(1 - std::pow(0.98, t));
+    expected = expected * (1 - 0.1 * 0.01) - 0.1 * g * bc2 / (g * bc2 + 1e-8);
+    EXPECT_NEAR(p.item<double>(), expected, 1e-6) << "step " << t;
+  }
+}
+
+TEST(Adam, TwoStepsWithChangingGradientsMatchAHandComputation) {
+  at::Tensor p = scalar_param(1.0);
+  auto adam = build_optimizer(adam_options(0.01, 0.0), {p});
+  set_grad(p, 1.0);
+  adam->step();
+  // m1 = 0.1, v1 = 0.02; step size 0.01 * sqrt(0.02) / 0.1; eps added to sqrt(v1) (not bias-corrected).
+  double p1 = 1.0 - 0.01 * std::sqrt(0.02) / 0.1 * 0.1 / (std::sqrt(0.02) + 1e-8);
+  EXPECT_NEAR(p.item<double>(), p1, 1e-7);
+  set_grad(p, -2.0);
+  adam->step();
+  const double m2 = 0.9 * 0.1 + 0.1 * -2.0, v2 = 0.98 * 0.02 + 0.02 * 4.0;
+  const double step = 0.01 * std::sqrt(1 - 0.98 * 0.98) / (1 - 0.9 * 0.9);
+  EXPECT_NEAR(p.item<double>(), p1 - step * m2 / (std::sqrt(v2) + 1e-8), 1e-7);
+}
+
+TEST(Sgd, MomentumAndL2DecayAsTorchOptimSgd) {
+  at::Tensor p = scalar_param(1.0);
+  OptimizerOptions o;
+  o.name = "sgd";
+  o.lr = 0.1;
+  o.momentum = 0.9;
+  o.weight_decay = 0.01;
+  auto sgd = build_optimizer(o, {p});
+  set_grad(p, 1.0);
+  sgd->step();  // d = 1 + 0.01 * 1 = 1.01; buf = d; p = 1 - 0.101
+  EXPECT_NEAR(p.item<double>(), 0.899, 1e-6);
+  set_grad(p, 2.0);
+  sgd->step();  // d = 2 + 0.00899; buf = 0.9 * 1.01 + d = 2.91799; p = 0.899 - 0.291799
+  EXPECT_NEAR(p.item<double>(), 0.607201, 1e-6);
+}
+
+TEST(Nag, FairseqsNesterovUpdateWithLrCorrection) {
+  at::Tensor p = scalar_param(1.0);
+  OptimizerOptions o;
+  o.name = "nag";
+  o.lr = 0.1;
+  o.momentum = 0.9;
+  auto nag = build_optimizer(o, {p});
+  set_grad(p, 1.0);
+  nag->step();  // buf 0: p -= (1 + 0.9) * 0.1 -> 0.81; buf = -0.1
+  EXPECT_NEAR(p.item<double>(), 0.81, 1e-6);
+  nag->set_lr(0.05);  // lr_correct = 0.5
+  set_grad(p, 1.0);
+  nag->step();  // p += 0.81 * 0.5 * -0.1 -> 0.7695; p -= 1.9 * 0.05 -> 0.6745
+  EXPECT_NEAR(p.item<double>(), 0.6745, 1e-6);
+}
+
+TEST(ClipGradNorm, ScalesByTheGlobalNormAndReturnsIt) {
+  at::Tensor a = torch::zeros({2}).requires_grad_(true);
+  at::Tensor b = torch::zeros({1}).requires_grad_(true);
+  a.mutable_grad() = torch::tensor({3.f, 4.f});
+  b.mutable_grad() = torch::tensor({12.f});
+  EXPECT_NEAR(clip_grad_norm({a, b}, 0.0), 13.0, 1e-5);  // 0 = off, still measured
+  EXPECT_NEAR(clip_grad_norm({a, b}, 20.0), 13.0, 1e-5);
+  EXPECT_FLOAT_EQ(b.grad().item<float>(), 12.f);
+  EXPECT_NEAR(clip_grad_norm({a, b}, 6.5), 13.0, 1e-5);
+  const double coef = 6.5 / (13.0 + 1e-6);
+  EXPECT_NEAR(a.grad()[0].item<double>(), 3 * coef, 1e-6);
+  EXPECT_NEAR(b.grad().item<double>(), 12 * coef, 1e-6);
+}
+
+TEST(Optimizer, StateRoundTripsThroughPickleIncludingTheLearningRate) {
+  torch::manual_seed(0);
+  at::Tensor w1 = torch::randn({3, 2}).requires_grad_(true);
+  at::Tensor w2 = torch::randn({3, 2}).requires_grad_(true);
+  {
+    torch::NoGradGuard no_grad;
+    w2.copy_(w1);
+  }
+  auto first = build_optimizer(adam_options(0.1, 0.01), {w1});
+  for (int i = 0; i < 2; ++i) {
+    w1.mutable_grad() = torch::full({3, 2}, 0.3f * (i + 1));
+    first->step();
+  }
+  first->set_lr(0.0123);
+  // Through the bytes a checkpoint holds.
+  auto bytes = torch::pickle_save(c10::IValue(first->state_dict()));
+  StateDict restored = torch::pickle_load(bytes).toGenericDict();
+  auto second = build_optimizer(adam_options(1.0, 0.01), {w2});
+  {
+    torch::NoGradGuard no_grad;
+    w2.copy_(w1);
+  }
+  second->load_state_dict(restored);
+  EXPECT_DOUBLE_EQ(second->lr(), 0.0123);
+  w1.mutable_grad() = torch::full({3, 2}, -0.7f);
+  w2.mutable_grad() = torch::full({3, 2}, -0.7f);
+  first->step();
+  second->step();
+  EXPECT_TRUE(torch::equal(w1, w2));
+  // Another optimizer's state is refused.
+  OptimizerOptions sgd;
+  sgd.name = "sgd";
+  EXPECT_THROW(build_optimizer(sgd, {w2})->load_state_dict(restored), DataError);
+}
+
+LrSchedulerOptions schedule(const std::string& name, std::vector<double> lr) {
+  LrSchedulerOptions o;
+  o.name = name;
+  o.lr = std::move(lr);
+  return o;
+}
+
+TEST(LrScheduler, InverseSqrtWarmsUpLinearlyThenDecays) {
+  auto o = schedule("inverse_sqrt", {5e-4});
+  o.warmup_updates = 400;
+  auto s = build_lr_scheduler(o);
+  EXPECT_DOUBLE_EQ(s->lr(), 0.0);  // warmup_init_lr < 0 -> 0
+  EXPECT_NEAR(s->step_update(0), 0.0, 1e-15);
+  EXPECT_NEAR(s->step_update(200), 2.5e-4, 1e-15);
+  EXPECT_NEAR(s->step_update(400), 5e-4, 1e-15);
+  EXPECT_NEAR(s->step_update(1600), 5e-4 * std::sqrt(400.0 / 1600.0), 1e-15);
+  EXPECT_NEAR(s->step(3, 4.2), s->lr(), 0);  // epochs do not change it
+  o.warmup_init_lr = 1e-4;
+  EXPECT_NEAR(build_lr_scheduler(o)->step_update(100), 1e-4 + 100 * (4e-4 / 400), 1e-15);
+  o.warmup_updates = 0;
+  EXPECT_THROW(build_lr_scheduler(o), UserError);
+}
+
+TEST(LrScheduler, FixedUsesThePerEpochListWarmUpAndForcedAnnealing) {
+  auto o = schedule("fixed", {1.0, 0.5, 0.25});
+  auto s = build_lr_scheduler(o);
+  EXPECT_DOUBLE_EQ(s->lr(), 1.0);
+  EXPECT_DOUBLE_EQ(s->step(1, std::nullopt), 0.5);
+  EXPECT_DOUBLE_EQ(s->step(2, std::nullopt), 0.25);
+  EXPECT_DOUBLE_EQ(s->step(7, std::nullopt), 0.25);
+  o.force_anneal = 2;
+  o.lr_shrink = 0.1;
+  s = build_lr_scheduler(o);
+  EXPECT_DOUBLE_EQ(s->step(1, std::nullopt), 0.5);
+  EXPECT_NEAR(s->step(2, std::nullopt), 0.025, 1e-15);
+  EXPECT_NEAR(s->step(3, std::nullopt), 0.0025, 1e-15);
+  auto w = schedule("fixed", {1.0});
+  w.warmup_updates = 4;
+  s = build_lr_scheduler(w);
+  EXPECT_DOUBLE_EQ(s->lr(), 0.25);
+  EXPECT_DOUBLE_EQ(s->step_update(2), 0.75);  // (n + 1) / warmup, as fairseq v0.9
+  EXPECT_DOUBLE_EQ(s->step_update(10), 1.0);
+}
+
+TEST(LrScheduler, PolynomialDecayClosedForm) {
+  auto o = schedule("polynomial_decay", {1.0});
+  o.end_learning_rate = 0.1;
+  o.power = 2.0;
+  o.total_num_update = 100;
+  o.warmup_updates = 10;
+  auto s = build_lr_scheduler(o);
+  EXPECT_DOUBLE_EQ(s->step_update(5), 0.5);
+  EXPECT_DOUBLE_EQ(s->step_update(10), 1.0);
+  EXPECT_NEAR(s->step_update(55), 0.9 * 0.25 + 0.1, 1e-12);  // (1 - 45/90)^2
+  EXPECT_DOUBLE_EQ(s->step_update(100), 0.1);
+  EXPECT_DOUBLE_EQ(s->step_update(150), 0.1);
+  o.total_num_update = 0;
+  o.max_update = 0;
+  EXPECT_THROW(build_lr_scheduler(o), UserError);
+}
+
+TEST(LrScheduler, CosineClosedFormWithRestartsShrinkAndTMult) {
+  auto o = schedule("cosine", {1.0});
+  o.min_lr = 0.1;
+  o.warmup_updates = 10;
+  o.lr_period_updates = 100;
+  o.lr_shrink = 0.5;
+  auto s = build_lr_scheduler(o);
+  EXPECT_DOUBLE_EQ(s->lr(), 0.1);  // warmup_init_lr < 0 -> min_lr
+  EXPECT_NEAR(s->step_update(5), 0.55, 1e-12);
+  EXPECT_NEAR(s->step_update(10), 1.0, 1e-12);
+  EXPECT_NEAR(s->step_update(60), 0.55, 1e-12);  // half a period: the middle
+  EXPECT_NEAR(s->step_update(110), 0.5, 1e-12);  // second period, shrunk by 0.5
+  EXPECT_NEAR(s->step_update(160), 0.275, 1e-12);
+  o.t_mult = 2.0;
+  s = build_lr_scheduler(o);
+  // curr 150: period i = floor(log2(1 + 150/100)) = 1, t_i = 200, t_curr = 50.
+  EXPECT_NEAR(s->step_update(160), 0.05 + 0.225 * (1 + std::cos(M_PI * 50 / 200)), 1e-12);
+}
+
+TEST(LrScheduler, ReduceOnPlateauShrinksAfterPatience) {
+  auto o = schedule("reduce_lr_on_plateau", {1.0});
+  o.lr_patience = 1;
+  o.lr_shrink = 0.5;
+  auto s = build_lr_scheduler(o);
+  EXPECT_DOUBLE_EQ(s->step(1, 10.0), 1.0);
+  EXPECT_DOUBLE_EQ(s->step(2, 9.9995), 1.0);  // not below 10 * (1 - 1e-4): one bad epoch
+  EXPECT_DOUBLE_EQ(s->step(3, 11.0), 0.5);    // two bad epochs > patience 1
+  EXPECT_DOUBLE_EQ(s->step(4, 9.0), 0.5);
+  EXPECT_DOUBLE_EQ(*s->best(), 9.0);
+  o.warmup_updates = 4;
+  s = build_lr_scheduler(o);
+  EXPECT_DOUBLE_EQ(s->step_update(2), 0.5);
+  EXPECT_DOUBLE_EQ(s->step(1, 5.0), 0.5);  // no plateau logic during warm-up
+  EXPECT_DOUBLE_EQ(s->step_update(5), 0.5);
+}
+
+TEST(LrScheduler, StateRoundTripRestoresTheRateAndPosition) {
+  auto o = schedule("reduce_lr_on_plateau", {1.0});
+  o.lr_shrink = 0.5;
+  auto a = build_lr_scheduler(o);
+  a->step(1, 3.0);
+  a->step(2, 4.0);  // patience 0: shrink to 0.5
+  auto bytes = torch::pickle_save(c10::IValue(a->state_dict()));
+  auto b = build_lr_scheduler(o);
+  b->load_state_dict(torch::pickle_load(bytes).toGenericDict());
+  EXPECT_DOUBLE_EQ(b->lr(), 0.5);
+  EXPECT_DOUBLE_EQ(*b->best(), 3.0);
+  EXPECT_DOUBLE_EQ(a->step(3, 3.5), b->step(3, 3.5));  // same plateau state: shrinks again
+  EXPECT_DOUBLE_EQ(b->lr(), 0.25);
+  auto inv = schedule("inverse_sqrt", {1.0});
+  inv.warmup_updates = 10;
+  EXPECT_THROW(build_lr_scheduler(inv)->load_state_dict(a->state_dict()), DataError);
+}
+
+}  // namespace
+}  // namespace fairseq_cpp::optim

@@ -453,7 +453,14 @@ std::string key_for_flag(const std::string& flag, bool* is_switch) {
   Config defaults;
   for (const auto& section : describe(defaults)) {
     for (const auto& f : section.fields()) {
-      if (f.flag_name() != flag) continue;
+      // A key answers to its flag and to its aliases' flags (fairseq's older names: --remove-bpe).
+      bool match = f.flag_name() == flag;
+      for (const auto& alias : f.aliases) {
+        std::string alias_flag = alias;
+        std::replace(alias_flag.begin(), alias_flag.end(), '_', '-');
+        match = match || (alias.front() != '_' && alias_flag == flag);
+      }
+      if (!match) continue;
       if (is_switch != nullptr)
         *is_switch = std::holds_alternative<bool*>(f.ref) || std::holds_alternative<std::optional<bool>*>(f.ref);
       return section.name() + "." + f.name;

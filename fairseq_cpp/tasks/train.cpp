@@ -5,6 +5,7 @@
 #include "fairseq_cpp/tasks/compute_setup.h"
 #include "fairseq_cpp/tasks/distributed_setup.h"
 #include "fairseq_cpp/tasks/programs.h"
+#include "fairseq_cpp/tasks/translation.h"
 
 namespace fairseq_cpp::tasks {
 
@@ -15,8 +16,9 @@ int train_main(const Invocation& inv) {
     return kExitOk;
   }
   setup_compute(inv.config);
-  return distributed::launch(topology, inv.argv, launch_options(inv.config), [](distributed::Gang&) -> int {
-    raise<NotImplementedError>("training is not available yet (issue #6).");
+  return distributed::launch(topology, inv.argv, launch_options(inv.config), [&](distributed::Gang& gang) {
+    install_stop_handlers();
+    return train_translation(inv.config, gang);
   });
 }
 

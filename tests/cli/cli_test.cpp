@@ -136,8 +136,10 @@ TEST(Cli, DumpConfigPrintsTheResolvedConfigThatLoadsBack) {
 
 TEST(Cli, DebugAddsAStackTrace) {
   auto r = run({program("fairseq-cpp-train"), "--debug", "common.cpu_threads=1"});
-  EXPECT_EQ(r.exit_code, 1);
-  EXPECT_NE(r.err.find("fairseq-cpp-train: error: training is not available yet"), std::string::npos) << r.err;
+  EXPECT_EQ(r.exit_code, 2);
+  EXPECT_NE(r.err.find("fairseq-cpp-train: error: `task.data` is not set: give the data-bin directory."),
+            std::string::npos)
+      << r.err;
   EXPECT_NE(r.err.find("#0 "), std::string::npos) << r.err;
   r = run({program("fairseq-cpp-train"), "common.cpu_threads=1"});
   EXPECT_EQ(r.err.find("#0 "), std::string::npos) << r.err;

@@ -60,6 +60,13 @@ TEST(CommandLine, FairseqRegistryFlags) {
   EXPECT_EQ(cl.assignments[2].key, "lr_scheduler._name");
 }
 
+TEST(CommandLine, AliasesAreFlagsToo) {
+  auto cl = parse_command_line(spec_with(), {"--remove-bpe", "sentencepiece", "--max-sentences", "64"});
+  ASSERT_EQ(cl.assignments.size(), 2u);
+  EXPECT_EQ(cl.assignments[0].key, "common_eval.post_process");
+  EXPECT_EQ(cl.assignments[1].key, "dataset.batch_size");
+}
+
 TEST(CommandLine, SwitchesPositionalAndSubcommand) {
   auto cl = parse_command_line(spec_with("task.data", {{"validate", ""}, {"score", ""}}),
                                {"validate", "data-bin/multi30k", "--dry-run-distributed", "--path", "ckpt.pt"});

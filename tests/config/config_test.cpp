@@ -2,6 +2,7 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <filesystem>
 #include <set>
 
@@ -262,6 +263,12 @@ TEST(Config, EveryKeyHasHelpAndEveryFlagIsUnique) {
       EXPECT_FALSE(f.help.empty()) << section.name() << "." << f.name;
       EXPECT_TRUE(flags.insert(f.flag_name()).second) << "flag --" << f.flag_name() << " sets two keys";
       EXPECT_EQ(key_for_flag(f.flag_name()), section.name() + "." + f.name);
+      for (std::string alias : f.aliases) {
+        if (alias.front() == '_') continue;
+        std::replace(alias.begin(), alias.end(), '_', '-');
+        EXPECT_TRUE(flags.insert(alias).second) << "alias flag --" << alias << " sets two keys";
+        EXPECT_EQ(key_for_flag(alias), section.name() + "." + f.name);
+      }
     }
   }
   EXPECT_GT(flags.size(), 100u);

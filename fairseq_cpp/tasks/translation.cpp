@@ -1,0 +1,425 @@
+#include "fairseq_cpp/tasks/translation.h"
+
+#include <signal.h>
+#include <unistd.h>
+
+#include <atomic>
+#include <cmath>
+#include <filesystem>
+#include <regex>
+
+#include <fmt/format.h>
+#include <torch/torch.h>
+
+#include "fairseq_cpp/checkpoint/checkpoint.h"
+#include "fairseq_cpp/config/config.h"
+#include "fairseq_cpp/core/errors.h"
+#include "fairseq_cpp/core/logging.h"
+#include "fairseq_cpp/core/meters.h"
+#include "fairseq_cpp/core/progress.h"
+#include "fairseq_cpp/data/dictionary.h"
+#include "fairseq_cpp/data/epoch_batch_iterator.h"
+#include "fairseq_cpp/data/language_pair_dataset.h"
+#include "fairseq_cpp/distributed/distributed_utils.h"
+#include "fairseq_cpp/models/transformer.h"
+#include "fairseq_cpp/trainer/trainer.h"
+#include "fairseq_cpp/trainer/training_state.h"
+
+namespace fairseq_cpp::tasks {
+namespace fs = std::filesystem;
+namespace {
+
+std::atomic<int> g_stop_signal{0};
+
+void on_stop_signal(int signo) { g_stop_signal.store(signo); }
+
+// "<split>.<src>-<tgt>.<src>.idx" in `dir` -> {src, tgt}; an error unless exactly one pair exists.
+std::pair<std::string, std::string> language_pair(const config::TaskConfig& task, const std::string& split) {
+  if (!task.source_lang.empty() && !task.target_lang.empty()) return {task.source_lang, task.target_lang};
+  std::regex pattern(split + R"(\.([^.\-]+)-([^.\-]+)\.([^.\-]+)\.idx)");
+  std::vector<std::pair<std::string, std::string>> found;
+  std::error_code ec;
+  for (const auto& entry : fs::directory_iterator(task.data, ec)) {
+    std::smatch m;
+    std::string name = entry.path().filename().string();
+    if (std::regex_match(name, m, pattern) && m[3] == m[1]) found.emplace_back(m[1], m[2]);
+  }
+  if (found.size() != 1)
+    raise<UserError>(
+        "cannot infer the languages from {} ({} candidates for split `{}`); set task.source_lang and "
+        "task.target_lang.",
+        task.data, found.size(), split);
+  return found.front();
+}
+
+// The running averages behind one progress line (fairseq's train_inner / train / valid meters).
+struct Meters {
+  criterions::LossStats loss;
+  int64_t updates = 0;
+  double gnorm_sum = 0;
+  int64_t clipped = 0;
+  int64_t ooms = 0;
+  double train_seconds = 0;
+  double start = core::monotonic_seconds();
+
+  void add(const trainer::StepStats& s, double seconds) {
+    loss.add(s.loss);
+    updates += s.skipped ? 0 : 1;
+    gnorm_sum += s.skipped ? 0 : s.gnorm;
+    clipped += s.clipped ? 1 : 0;
+    ooms += s.ooms;
+    train_seconds += seconds;
+  }
+  core::Stats train_stats(int64_t num_updates, double lr, double wall) const {
+    double elapsed = std::max(1e-9, core::monotonic_seconds() - start);
+    double n = std::max<int64_t>(1, updates);
+    return {{"loss", loss.loss(), 3},
+            {"nll_loss", loss.nll_loss(), 3},
+            {"ppl", loss.perplexity(), 2},
+            {"wps", loss.ntokens / elapsed, 0},
+            {"ups", updates / elapsed, 2},
+            {"wpb", loss.ntokens / n, 1},
+            {"bsz", loss.nsentences / n, 1},
+            {"num_updates", static_cast<double>(num_updates), 0},
+            {"lr", lr, -1},
+            {"gnorm", gnorm_sum / n, 3},
+            {"clip", 100.0 * clipped / n, 0},
+            {"oom", static_cast<double>(ooms), 0},
+            {"train_wall", train_seconds, 0},
+            {"wall", wall, 0}};
+  }
+};
+
+// Checkpoint file names and their retention (fairseq's checkpoint_utils.save_checkpoint).
+class CheckpointWriter {
+ public:
+  CheckpointWriter(const config::CheckpointConfig& options, distributed::Gang& gang) : o_(options), gang_(gang) {}
+
+  // Saves after an update (`end_of_epoch` false) or at the end of an epoch; `is_best` when the
+  // validation just improved. Rank 0 writes; every rank waits at the barrier.
+  void save(trainer::Trainer& trainer, const trainer::TrainingState& state, int64_t epoch, bool end_of_epoch,
+            bool is_best, const std::string& config_yaml) {
+    if (o_.no_save) return;
+    std::vector<std::string> names;
+    int64_t updates = state.num_updates;
+    if (end_of_epoch && !o_.no_epoch_checkpoints && epoch % std::max<int64_t>(1, o_.save_interval) == 0)
+      names.push_back(fmt::format("checkpoint{}{}.pt", epoch, o_.checkpoint_suffix));
+    if (!end_of_epoch && o_.save_interval_updates > 0 && updates % o_.save_interval_updates == 0)
+      names.push_back(fmt::format("checkpoint_{}_{}{}.pt", epoch, updates, o_.checkpoint_suffix));
+    if (is_best) names.push_back(fmt::format("checkpoint_best{}.pt", o_.checkpoint_suffix));
+    if (!o_.no_last_checkpoints) names.push_back(fmt::format("checkpoint_last{}.pt", o_.checkpoint_suffix));
+    if (gang_.rank() == 0 && !names.empty()) {
+      fs::create_directories(o_.save_dir);
+      double start = core::monotonic_seconds();
+      checkpoint::StateDict ckpt = trainer::make_checkpoint(trainer, state, config_yaml);
+      for (const auto& name : names) checkpoint::save_file((fs::path(o_.save_dir) / name).string(), ckpt);
+      log::info("checkpoint", "saved {} (epoch {} @ {} updates) in {:.1f} s", join(names), epoch, updates,
+                core::monotonic_seconds() - start);
+      prune();
+    }
+    gang_.barrier();
+  }
+
+ private:
+  static std::string join(const std::vector<std::string>& names) {
+    std::string out;
+    for (const auto& n : names) out += (out.empty() ? "" : ", ") + n;
+    return out;
+  }
+
+  // Keeps the newest keep_interval_updates update checkpoints and keep_last_epochs epoch ones.
+  void prune() {
+    auto keep_newest = [&](const std::regex& pattern, int64_t keep) {
+      if (keep < 0) return;
+      std::vector<std::pair<int64_t, fs::path>> found;
+      std::error_code ec;
+      for (const auto& entry : fs::directory_iterator(o_.save_dir, ec)) {
+        std::smatch m;
+        std::string name = entry.path().filename().string();
+        if (std::regex_match(name, m, pattern)) found.emplace_back(std::stoll(m[1]), entry.path());
+      }
+      std::sort(found.rbegin(), found.rend());
+      for (size_t i = static_cast<size_t>(keep); i < found.size(); ++i) fs::remove(found[i].second, ec);
+    };
+    keep_newest(std::regex(R"(checkpoint_\d+_(\d+))" +
+                           std::regex_replace(o_.checkpoint_suffix, std::regex(R"([.^$|()\[\]{}*+?\\])"), R"(\$&)") +
+                           R"(\.pt)"),
+                o_.keep_interval_updates);
+    keep_newest(std::regex(R"(checkpoint(\d+))" +
+                           std::regex_replace(o_.checkpoint_suffix, std::regex(R"([.^$|()\[\]{}*+?\\])"), R"(\$&)") +
+                           R"(\.pt)"),
+                o_.keep_last_epochs);
+  }
+
+  const config::CheckpointConfig& o_;
+  distributed::Gang& gang_;
+};
+
+// The validation metric that picks checkpoint_best (fairseq's best_checkpoint_metric).
+double metric_of(const criterions::LossStats& stats, const std::string& name) {
+  if (name == "loss") return stats.loss();
+  if (name == "nll_loss") return stats.nll_loss();
+  if (name == "ppl") return stats.perplexity();
+  raise<UserError>(
+      "`checkpoint.best_checkpoint_metric` {} is not computed during validation; use loss, nll_loss "
+      "or ppl.",
+      name);
+}
+
+}  // namespace
+
+void install_stop_handlers() {
+  struct sigaction sa {};
+  sa.sa_handler = on_stop_signal;
+  sigemptyset(&sa.sa_mask);
+  sa.sa_flags = SA_RESTART;
+  for (int s : {SIGINT, SIGTERM, SIGUSR1}) sigaction(s, &sa, nullptr);
+}
+
+int train_translation(const config::Config& cfg, distributed::Gang& gang) {
+  const auto& task = cfg.task;
+  const auto& ckpt_cfg = cfg.checkpoint;
+  const auto& optimization = cfg.optimization;
+  if (task.data.empty()) raise<UserError>("`task.data` is not set: give the data-bin directory.");
+  std::error_code ec;
+  if (!fs::is_directory(task.data, ec)) raise<UserError>("`task.data` {} is not a directory.", task.data);
+  if (cfg.dataset.max_tokens <= 0 && cfg.dataset.batch_size <= 0)
+    raise<UserError>("set `dataset.max_tokens` or `dataset.batch_size`: batches need a size.");
+  metric_of({}, ckpt_cfg.best_checkpoint_metric);  // checks the name before any work
+  torch::manual_seed(static_cast<uint64_t>(cfg.common.seed));
+
+  // Data.
+  auto [src, tgt] = language_pair(task, cfg.dataset.train_subset);
+  data::Dictionary src_dict = data::Dictionary::load((fs::path(task.data) / ("dict." + src + ".txt")).string());
+  data::Dictionary tgt_dict = data::Dictionary::load((fs::path(task.data) / ("dict." + tgt + ".txt")).string());
+  data::LanguagePairOptions pair;
+  pair.left_pad_source = task.left_pad_source;
+  pair.left_pad_target = task.left_pad_target;
+  pair.pad = src_dict.pad();
+  pair.eos = src_dict.eos();
+  auto train_set = std::make_shared<data::LanguagePairDataset>(
+      data::LanguagePairDataset::load(task.data, cfg.dataset.train_subset, src, tgt, src_dict, tgt_dict, pair));
+
+  // Model and numerics.
+  models::Vocabularies vocab{src_dict.size(), tgt_dict.size(), src_dict.pad(),
+                             src_dict.to_text() == tgt_dict.to_text()};
+  auto model = std::make_shared<models::TransformerModel>(models::resolve_transformer_options(cfg.model, task), vocab);
+  model->to(gang.device());
+  criterions::Criterion criterion(criterions::criterion_options(cfg.criterion, optimization, tgt_dict.pad()));
+  auto optimizer =
+      optim::build_optimizer(optim::optimizer_options(cfg.optimizer, optimization), models::unique_parameters(*model));
+  auto scheduler = optim::build_lr_scheduler(optim::lr_scheduler_options(cfg.lr_scheduler, optimization, ckpt_cfg));
+  trainer::TrainerOptions trainer_options;
+  trainer_options.clip_norm = optimization.clip_norm;
+  trainer_options.seed = cfg.common.seed;
+  trainer_options.max_nonfinite = optimization.max_nonfinite;
+  trainer_options.check_interval = cfg.distributed_training.check_interval;
+  trainer_options.bucket_cap_mb = static_cast<double>(cfg.distributed_training.bucket_cap_mb);
+  trainer::Trainer trainer(trainer_options, model, criterion, std::move(optimizer), std::move(scheduler), gang);
+  log::info("train", "model {}: {} parameters; criterion {}; optimizer {}; {} workers", cfg.model.arch,
+            models::count_parameters(*model), cfg.criterion._name, cfg.optimizer._name, gang.size());
+
+  // Batches: the same list on every rank, shards dealt by the iterator.
+  data::SizeFilterOptions filter;
+  filter.max_source_positions = task.max_source_positions;
+  filter.max_target_positions = task.max_target_positions;
+  filter.skip_invalid = true;
+  filter.what = cfg.dataset.train_subset;
+  data::BatchingOptions batching;
+  batching.max_tokens = cfg.dataset.max_tokens;
+  batching.max_sentences = cfg.dataset.batch_size;
+  batching.required_batch_size_multiple = cfg.dataset.required_batch_size_multiple;
+  data::EpochBatchIteratorOptions itr_options;
+  itr_options.seed = cfg.common.seed;
+  itr_options.num_shards = gang.size();
+  itr_options.shard_id = gang.rank();
+  itr_options.num_workers = cfg.dataset.num_workers;
+  itr_options.buffer_size = std::max<int64_t>(1, cfg.dataset.data_buffer_size);
+  data::EpochBatchIterator epoch_itr(
+      train_set->make_batches(static_cast<uint32_t>(cfg.common.seed), true, filter, batching),
+      [train_set](const std::vector<int64_t>& ids) { return train_set->collate(ids); }, itr_options);
+
+  // Validation batches of this shard.
+  std::vector<std::pair<std::string, std::shared_ptr<data::LanguagePairDataset>>> valid_sets;
+  if (!cfg.dataset.disable_validation) {
+    std::string subsets = cfg.dataset.valid_subset;
+    for (size_t start = 0; start <= subsets.size();) {
+      size_t comma = std::min(subsets.find(',', start), subsets.size());
+      std::string name = subsets.substr(start, comma - start);
+      if (!name.empty())
+        valid_sets.emplace_back(name, std::make_shared<data::LanguagePairDataset>(data::LanguagePairDataset::load(
+                                          task.data, name, src, tgt, src_dict, tgt_dict, pair)));
+      start = comma + 1;
+    }
+  }
+  data::BatchingOptions valid_batching = batching;
+  if (cfg.dataset.max_tokens_valid > 0) valid_batching.max_tokens = cfg.dataset.max_tokens_valid;
+  if (cfg.dataset.batch_size_valid > 0) valid_batching.max_sentences = cfg.dataset.batch_size_valid;
+
+  // Resume.
+  trainer::TrainingState state;
+  std::string restore = ckpt_cfg.restore_file;
+  if (restore == "checkpoint_last.pt") restore = (fs::path(ckpt_cfg.save_dir) / restore).string();
+  if (fs::exists(restore, ec)) {
+    trainer::RestoreOptions ro{ckpt_cfg.reset_optimizer, ckpt_cfg.reset_lr_scheduler, ckpt_cfg.reset_dataloader,
+                               ckpt_cfg.reset_meters};
+    state = trainer::restore_checkpoint(checkpoint::load_file(restore), restore, trainer, ro);
+    if (state.iterator.epoch > 0) epoch_itr.load_state(state.iterator);
+    log::info("checkpoint", "loaded {} (epoch {} @ {} updates)", restore, std::max<int64_t>(1, state.iterator.epoch),
+              state.num_updates);
+  } else if (ckpt_cfg.restore_file != "checkpoint_last.pt") {
+    raise<UserError>("`checkpoint.restore_file` {} does not exist.", restore);
+  } else {
+    log::info("checkpoint", "no checkpoint found in {}: starting from scratch", ckpt_cfg.save_dir);
+  }
+  const std::string config_yaml = config::dump_config(cfg);
+  CheckpointWriter writer(ckpt_cfg, gang);
+  const double run_start = core::monotonic_seconds();
+  auto wall = [&] { return state.wall_seconds + core::monotonic_seconds() - run_start; };
+  const bool maximize = ckpt_cfg.maximize_best_checkpoint_metric;
+
+  // Validates on every valid subset (sharded across ranks, summed); returns the first's stats.
+  auto validate = [&](int64_t epoch) -> std::optional<criterions::LossStats> {
+    if (valid_sets.empty()) return std::nullopt;
+    std::optional<criterions::LossStats> first;
+    for (const auto& [name, set] : valid_sets) {
+      data::SizeFilterOptions vf = filter;
+      vf.what = name;
+      vf.skip_invalid = cfg.dataset.skip_invalid_size_inputs_valid_test;
+      auto batches = set->make_batches(static_cast<uint32_t>(cfg.common.seed), false, vf, valid_batching);
+      criterions::LossStats local;
+      for (size_t i = static_cast<size_t>(gang.rank()); i < batches.size(); i += static_cast<size_t>(gang.size()))
+        local.add(trainer.valid_step(set->collate(batches[i])));
+      auto sums = distributed::all_reduce_dict(gang, {{"loss", local.loss_sum},
+                                                      {"nll_loss", local.nll_loss_sum},
+                                                      {"sample_size", local.sample_size},
+                                                      {"ntokens", local.ntokens},
+                                                      {"nsentences", local.nsentences}});
+      criterions::LossStats total;
+      total.loss_sum = std::get<double>(sums.at("loss"));
+      total.nll_loss_sum = std::get<double>(sums.at("nll_loss"));
+      total.sample_size = std::get<int64_t>(sums.at("sample_size"));
+      total.ntokens = std::get<int64_t>(sums.at("ntokens"));
+      total.nsentences = std::get<int64_t>(sums.at("nsentences"));
+      double metric = metric_of(total, ckpt_cfg.best_checkpoint_metric);
+      double best = state.best ? (maximize ? std::max(*state.best, metric) : std::min(*state.best, metric)) : metric;
+      core::ProgressOptions po;
+      po.format = gang.rank() == 0
+                      ? core::parse_log_format(cfg.common.no_progress_bar ? "none" : cfg.common.log_format, false)
+                      : core::LogFormat::none;
+      po.epoch = epoch;
+      po.prefix = fmt::format("epoch {:03d} | valid on '{}' subset", epoch, name);
+      core::make_progress_bar(po)->print(
+          {{"loss", total.loss(), 3},
+           {"nll_loss", total.nll_loss(), 3},
+           {"ppl", total.perplexity(), 2},
+           {"wpb", static_cast<double>(total.ntokens) / std::max<size_t>(1, batches.size()), 1},
+           {"bsz", static_cast<double>(total.nsentences) / std::max<size_t>(1, batches.size()), 1},
+           {"num_updates", static_cast<double>(trainer.num_updates()), 0},
+           {"best_" + ckpt_cfg.best_checkpoint_metric, best, 3}},
+          "valid");
+      if (!first) first = total;
+    }
+    return first;
+  };
+  // Validation result -> best and early-stopping counter; returns whether it is a new best.
+  auto record = [&](const std::optional<criterions::LossStats>& stats) {
+    if (!stats) return false;
+    double metric = metric_of(*stats, ckpt_cfg.best_checkpoint_metric);
+    bool better = !state.best || (maximize ? metric > *state.best : metric < *state.best);
+    if (better) {
+      state.best = metric;
+      state.bad_validations = 0;
+    } else {
+      ++state.bad_validations;
+    }
+    return better;
+  };
+  auto sync_state = [&](bool end_of_epoch) {
+    state.num_updates = trainer.num_updates();
+    state.iterator = epoch_itr.state();
+    if (end_of_epoch) state.iterator = {state.iterator.epoch + 1, 0, state.iterator.shuffle};
+  };
+
+  const int64_t max_epoch = optimization.max_epoch > 0 ? optimization.max_epoch : INT64_MAX;
+  const int64_t max_update = optimization.max_update > 0 ? optimization.max_update : INT64_MAX;
+  const auto& update_freqs = optimization.update_freq;
+  bool done = trainer.num_updates() >= max_update;
+  while (!done) {
+    data::EpochIterator& itr = epoch_itr.next_epoch_itr();
+    const int64_t epoch = epoch_itr.epoch();
+    if (epoch > max_epoch) break;
+    const int64_t update_freq = update_freqs[std::min<size_t>(static_cast<size_t>(epoch - 1), update_freqs.size() - 1)];
+    core::ProgressOptions po;
+    po.format = gang.rank() == 0 ? core::parse_log_format(cfg.common.no_progress_bar ? "none" : cfg.common.log_format,
+                                                          isatty(STDERR_FILENO) != 0)
+                                 : core::LogFormat::none;
+    po.log_interval = cfg.common.log_interval;
+    po.epoch = epoch;
+    po.total = (itr.size() + update_freq - 1) / update_freq;
+    auto progress = core::make_progress_bar(po);
+    Meters epoch_meters, interval_meters;
+    int64_t step = itr.count() / update_freq;
+    while (true) {
+      // A stop signal on any rank: every rank saves at this same update and leaves.
+      if (distributed::any_flag(gang, g_stop_signal.load() != 0)) {
+        log::warning("train", "stop signal received: saving checkpoint_last and stopping at update {}",
+                     trainer.num_updates());
+        sync_state(false);
+        writer.save(trainer, state, epoch, false, false, config_yaml);
+        return kExitStopped;
+      }
+      std::vector<data::Batch> group = itr.next_group(update_freq);
+      if (group.empty()) break;
+      double t0 = core::monotonic_seconds();
+      trainer::StepStats stats = trainer.train_step(group);
+      double seconds = core::monotonic_seconds() - t0;
+      epoch_meters.add(stats, seconds);
+      interval_meters.add(stats, seconds);
+      ++step;
+      int64_t updates = trainer.num_updates();
+      // The bar decides what to show (simple/json: every log_interval steps); fairseq's
+      // train_inner meters restart after each printed interval.
+      progress->log(interval_meters.train_stats(updates, trainer.lr(), wall()), step, "train_inner");
+      if (step % std::max<int64_t>(1, po.log_interval) == 0) interval_meters = Meters{};
+      done = updates >= max_update ||
+             (optimization.stop_time_hours > 0 && wall() > optimization.stop_time_hours * 3600) ||
+             (optimization.stop_min_lr >= 0 && trainer.lr() <= optimization.stop_min_lr);
+      bool valid_due = cfg.dataset.validate_interval_updates > 0 &&
+                       updates % cfg.dataset.validate_interval_updates == 0 && !stats.skipped;
+      bool save_due =
+          ckpt_cfg.save_interval_updates > 0 && updates % ckpt_cfg.save_interval_updates == 0 && !stats.skipped;
+      if ((valid_due || save_due || done) && itr.has_next()) {
+        bool best = record(valid_due || done ? validate(epoch) : std::nullopt);
+        sync_state(false);
+        writer.save(trainer, state, epoch, false, best, config_yaml);
+        if (ckpt_cfg.patience > 0 && state.bad_validations >= ckpt_cfg.patience) {
+          log::info("train", "early stop: no better validation {} for {} validations", ckpt_cfg.best_checkpoint_metric,
+                    state.bad_validations);
+          done = true;
+        }
+      }
+      if (done) break;
+    }
+    progress->print(epoch_meters.train_stats(trainer.num_updates(), trainer.lr(), wall()), "train");
+    if (!itr.has_next()) {
+      // End of the epoch: validate, step the epoch schedule, save.
+      bool valid_due = epoch % std::max<int64_t>(1, cfg.dataset.validate_interval) == 0;
+      auto stats = valid_due ? validate(epoch) : std::nullopt;
+      bool best = record(stats);
+      trainer.lr_step(epoch, stats ? std::optional<double>(stats->loss()) : std::nullopt);
+      sync_state(true);
+      writer.save(trainer, state, epoch, true, best, config_yaml);
+      if (ckpt_cfg.patience > 0 && state.bad_validations >= ckpt_cfg.patience) {
+        log::info("train", "early stop: no better validation {} for {} validations", ckpt_cfg.best_checkpoint_metric,
+                  state.bad_validations);
+        done = true;
+      }
+      if (optimization.stop_min_lr >= 0 && trainer.lr() <= optimization.stop_min_lr) done = true;
+    }
+  }
+  log::info("train", "done training in {:.1f} seconds ({} updates)", wall(), trainer.num_updates());
+  return kExitOk;
+}
+
+}  // namespace fairseq_cpp::tasks

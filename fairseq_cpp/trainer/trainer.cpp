@@ -1,0 +1,192 @@
+#include "fairseq_cpp/trainer/trainer.h"
+
+#include <ATen/ATen.h>
+#include <torch/torch.h>
+
+#include <cmath>
+#include <new>
+
+#include <fmt/format.h>
+
+#include "fairseq_cpp/core/errors.h"
+#include "fairseq_cpp/core/logging.h"
+#include "fairseq_cpp/distributed/distributed_utils.h"
+
+namespace fairseq_cpp::trainer {
+namespace {
+
+bool is_out_of_memory(const c10::Error& e) {
+  std::string what = e.what_without_backtrace();
+  return what.find("out of memory") != std::string::npos || what.find("can't allocate memory") != std::string::npos;
+}
+
+}  // namespace
+
+Trainer::Trainer(const TrainerOptions& options, std::shared_ptr<models::EncoderDecoderModel> model,
+                 criterions::Criterion criterion, std::unique_ptr<optim::Optimizer> optimizer,
+                 std::unique_ptr<optim::LrScheduler> lr_scheduler, distributed::Gang& gang)
+    : options_(options),
+      model_(std::move(model)),
+      criterion_(std::move(criterion)),
+      optimizer_(std::move(optimizer)),
+      lr_scheduler_(std::move(lr_scheduler)),
+      gang_(gang),
+      params_(models::unique_parameters(*model_)),
+      device_(gang.device()) {
+  int64_t numel = 0;
+  for (const auto& p : params_) numel += p.numel();
+  grad_sum_ = at::zeros({numel}, at::TensorOptions().dtype(at::kDouble).device(device_));
+  optimizer_->set_lr(lr_scheduler_->step_update(0));
+}
+
+void Trainer::set_num_updates(int64_t n) {
+  num_updates_ = n;
+  optimizer_->set_lr(lr_scheduler_->step_update(n));
+}
+
+double Trainer::lr_step(int64_t epoch, std::optional<double> val_loss) {
+  lr_scheduler_->step(epoch, val_loss);
+  // fairseq: the per-update schedule has the last word for the next update.
+  double lr = lr_scheduler_->step_update(num_updates_);
+  optimizer_->set_lr(lr);
+  return lr;
+}
+
+StepStats Trainer::train_step(const std::vector<data::Batch>& samples) {
+  model_->train();
+  // Dropout of update n draws from seed + n on every rank: a resumed run repeats it exactly.
+  torch::manual_seed(static_cast<uint64_t>(options_.seed + num_updates_));
+  optimizer_->zero_grad();
+  grad_sum_.zero_();
+
+  criterions::LossStats local;
+  bool oom = false;
+  for (const data::Batch& batch : samples) {
+    if (batch.empty()) continue;  // a dummy from a short shard: joins the collectives below with weight 0
+    try {
+      at::Tensor logits = model_->forward(batch.src_tokens.to(device_), batch.src_lengths.to(device_),
+                                          batch.prev_output_tokens.to(device_));
+      criterions::LossOutput out = criterion_(logits, batch.target.to(device_));
+      out.loss.backward();
+      accumulate_gradients();
+      local.add(out.stats);
+    } catch (const std::bad_alloc&) {
+      oom = true;
+    } catch (const c10::Error& e) {
+      if (!is_out_of_memory(e)) throw;
+      oom = true;
+    }
+    if (oom) break;
+  }
+  if (oom) {
+    log::warning("trainer", "out of memory on rank {} at update {}; every rank skips this update", gang_.rank(),
+                 num_updates_ + 1);
+    local = criterions::LossStats{};
+    grad_sum_.zero_();
+  }
+
+  // One collective for the logging outputs; it also tells every rank about out-of-memory.
+  std::map<std::string, distributed::DictValue> logs{
+      {"loss", local.loss_sum},           {"nll_loss", local.nll_loss_sum}, {"sample_size", local.sample_size},
+      {"ntokens", local.ntokens},         {"nsentences", local.nsentences}, {"n_correct", local.n_correct},
+      {"ooms", static_cast<int64_t>(oom)}};
+  auto sums = distributed::all_reduce_dict(gang_, logs);
+  StepStats stats;
+  stats.loss.loss_sum = std::get<double>(sums.at("loss"));
+  stats.loss.nll_loss_sum = std::get<double>(sums.at("nll_loss"));
+  stats.loss.sample_size = std::get<int64_t>(sums.at("sample_size"));
+  stats.loss.ntokens = std::get<int64_t>(sums.at("ntokens"));
+  stats.loss.nsentences = std::get<int64_t>(sums.at("nsentences"));
+  stats.loss.n_correct = std::get<int64_t>(sums.at("n_correct"));
+  stats.ooms = std::get<int64_t>(sums.at("ooms"));
+  stats.lr = optimizer_->lr();
+
+  if (stats.ooms > 0 || stats.loss.sample_size == 0) {
+    optimizer_->zero_grad();
+    stats.skipped = true;
+    return stats;
+  }
+  all_reduce_gradients(static_cast<double>(stats.loss.sample_size));
+  stats.gnorm = optim::clip_grad_norm(params_, options_.clip_norm);
+  stats.clipped = options_.clip_norm > 0 && stats.gnorm > options_.clip_norm;
+  // The gradients, hence the norm, are the same on every rank: so is this decision.
+  if (!std::isfinite(stats.gnorm)) {
+    ++nonfinite_in_a_row_;
+    log::warning("trainer", "non-finite gradient norm at update {} ({} in a row); skipping the update",
+                 num_updates_ + 1, nonfinite_in_a_row_);
+    if (nonfinite_in_a_row_ >= options_.max_nonfinite)
+      raise<OperationalError>(
+          "{} updates in a row had a non-finite gradient norm (`optimization.max_nonfinite` is {}); lower the "
+          "learning rate or check the data.",
+          nonfinite_in_a_row_, options_.max_nonfinite);
+    optimizer_->zero_grad();
+    stats.skipped = true;
+    return stats;
+  }
+  nonfinite_in_a_row_ = 0;
+  optimizer_->step();
+  ++num_updates_;
+  optimizer_->set_lr(lr_scheduler_->step_update(num_updates_));
+  if (options_.check_interval > 0 && num_updates_ % options_.check_interval == 0 && gang_.size() > 1)
+    check_parameters_agree();
+  return stats;
+}
+
+void Trainer::accumulate_gradients() {
+  // float32 micro-batch gradients summed in float64: the sum no longer depends on the order in
+  // which micro-batches and workers are added (a few float32 terms add exactly in float64).
+  int64_t offset = 0;
+  for (at::Tensor& p : params_) {
+    int64_t n = p.numel();
+    if (p.grad().defined()) {
+      grad_sum_.slice(0, offset, offset + n).add_(p.grad().reshape({-1}).to(at::kDouble));
+      p.mutable_grad().zero_();
+    }
+    offset += n;
+  }
+}
+
+void Trainer::all_reduce_gradients(double denominator) {
+  // The float64 sums of every rank added in buckets of about bucket_cap_mb, scaled, and written
+  // back as the parameters' gradients. A rank whose micro-batches were all dummies adds zeros.
+  const int64_t cap = std::max<int64_t>(1, static_cast<int64_t>(options_.bucket_cap_mb * 1024 * 1024 / 8));
+  const int64_t total = grad_sum_.numel();
+  for (int64_t start = 0; start < total; start += cap) {
+    at::Tensor bucket = grad_sum_.slice(0, start, std::min(total, start + cap));
+    if (gang_.size() > 1) distributed::all_sum(gang_, bucket);
+  }
+  grad_sum_.div_(denominator);
+  int64_t offset = 0;
+  for (at::Tensor& p : params_) {
+    int64_t n = p.numel();
+    if (!p.grad().defined()) p.mutable_grad() = at::zeros_like(p);
+    p.mutable_grad().copy_(grad_sum_.slice(0, offset, offset + n).view_as(p));
+    offset += n;
+  }
+}
+
+void Trainer::check_parameters_agree() {
+  torch::NoGradGuard no_grad;
+  at::Tensor sum = at::zeros({1}, at::TensorOptions().dtype(at::kDouble).device(device_));
+  for (const auto& p : params_) sum += p.to(at::kDouble).sum();
+  at::Tensor all = gang_.all_gather(sum).to(at::kCPU).view({-1});  // (world,)
+  double first = all[0].item<double>();
+  bool agree = true;
+  for (int r = 1; r < gang_.size(); ++r) agree = agree && all[r].item<double>() == first;
+  if (agree) return;
+  std::string table;
+  for (int r = 0; r < gang_.size(); ++r)
+    table += fmt::format("\n  rank {:>3}  parameter checksum {:.17g}", r, all[r].item<double>());
+  raise<OperationalError>("the workers' parameters diverged at update {}:{}", num_updates_, table);
+}
+
+criterions::LossStats Trainer::valid_step(const data::Batch& batch) {
+  if (batch.empty()) return {};
+  model_->eval();
+  torch::NoGradGuard no_grad;
+  at::Tensor logits = model_->forward(batch.src_tokens.to(device_), batch.src_lengths.to(device_),
+                                      batch.prev_output_tokens.to(device_));
+  return criterion_(logits, batch.target.to(device_)).stats;
+}
+
+}  // namespace fairseq_cpp::trainer

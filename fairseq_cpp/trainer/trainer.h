@@ -1,0 +1,88 @@
+#pragma once
+// One update of data-parallel training, as fairseq's Trainer.train_step defines it:
+// forward/backward over this worker's `update_freq` micro-batches with no communication, one
+// all-reduce of the logging outputs (which also tells every rank whether any rank ran out of
+// memory), the gradients summed across workers in flat buckets and divided by the total
+// sample_size of all workers and micro-batches, clipping on that global gradient, then the
+// optimizer and LR scheduler step. The update is therefore independent of how a batch is split
+// over workers and micro-batches. Every rank makes the same decisions from the same reduced
+// numbers, so no rank waits for a collective that another skipped.
+//
+//   Trainer trainer(options, model, criterion, std::move(optimizer), std::move(scheduler), gang);
+//   StepStats s = trainer.train_step(epoch_itr.next_group(update_freq));
+
+#include <memory>
+#include <vector>
+
+#include "fairseq_cpp/criterions/cross_entropy.h"
+#include "fairseq_cpp/data/language_pair_dataset.h"
+#include "fairseq_cpp/distributed/gang.h"
+#include "fairseq_cpp/models/encoder_decoder.h"
+#include "fairseq_cpp/optim/lr_scheduler.h"
+#include "fairseq_cpp/optim/optimizer.h"
+
+namespace fairseq_cpp::trainer {
+
+struct TrainerOptions {
+  double clip_norm = 0.0;        // clip the global gradient norm to this; 0 = off
+  int64_t seed = 1;              // dropout of update n is seeded with seed + n (resumes bit-exact)
+  int64_t max_nonfinite = 5;     // stop after this many non-finite gradient norms in a row
+  int64_t check_interval = 100;  // compare a parameter checksum across ranks every N updates; 0 = off
+  double bucket_cap_mb = 25.0;   // gradient bucket size for the all-reduce, in MiB (of float64 sums)
+};
+
+// What one update did, summed over every worker and micro-batch.
+struct StepStats {
+  criterions::LossStats loss;  // sums over all workers (natural log); loss() etc. give base 2
+  double gnorm = 0.0;          // global gradient norm before clipping
+  bool clipped = false;        // gnorm was above clip_norm
+  bool skipped = false;        // no update: out of memory on some rank, a non-finite norm, or no data
+  int64_t ooms = 0;            // ranks that ran out of memory in this step
+  double lr = 0.0;             // the learning rate this update used
+};
+
+class Trainer {
+ public:
+  Trainer(const TrainerOptions& options, std::shared_ptr<models::EncoderDecoderModel> model,
+          criterions::Criterion criterion, std::unique_ptr<optim::Optimizer> optimizer,
+          std::unique_ptr<optim::LrScheduler> lr_scheduler, distributed::Gang& gang);
+
+  // One update from this worker's micro-batches (empty batches pad a short shard and weigh 0).
+  StepStats train_step(const std::vector<data::Batch>& samples);
+  // Loss sums of one validation batch on this worker (no communication; the caller reduces).
+  criterions::LossStats valid_step(const data::Batch& batch);
+
+  int64_t num_updates() const { return num_updates_; }
+  // After a resume: sets the update count and the learning rate that goes with it.
+  void set_num_updates(int64_t n);
+  double lr() const { return optimizer_->lr(); }
+  models::EncoderDecoderModel& model() { return *model_; }
+  optim::Optimizer& optimizer() { return *optimizer_; }
+  optim::LrScheduler& lr_scheduler() { return *lr_scheduler_; }
+  distributed::Gang& gang() { return gang_; }
+  // At the end of an epoch: the scheduler's epoch step; returns the new learning rate.
+  double lr_step(int64_t epoch, std::optional<double> val_loss);
+
+ private:
+  // Adds the gradients of the micro-batch just run to grad_sum_ and clears them.
+  void accumulate_gradients();
+  // Sums grad_sum_ of every rank in flat buckets, scales it by 1 / `denominator` and writes it to
+  // the parameters' gradients.
+  void all_reduce_gradients(double denominator);
+  // Compares a checksum of the parameters across ranks; throws OperationalError with a table.
+  void check_parameters_agree();
+
+  TrainerOptions options_;
+  std::shared_ptr<models::EncoderDecoderModel> model_;
+  criterions::Criterion criterion_;
+  std::unique_ptr<optim::Optimizer> optimizer_;
+  std::unique_ptr<optim::LrScheduler> lr_scheduler_;
+  distributed::Gang& gang_;
+  std::vector<at::Tensor> params_;  // unique parameters, in a fixed order on every rank
+  at::Tensor grad_sum_;             // (all parameters,) float64: this update's gradient sum
+  c10::Device device_;
+  int64_t num_updates_ = 0;
+  int64_t nonfinite_in_a_row_ = 0;
+};
+
+}  // namespace fairseq_cpp::trainer

@@ -1,0 +1,77 @@
+#include "fairseq_cpp/trainer/training_state.h"
+
+#include <ATen/ATen.h>
+#include <ATen/core/Dict.h>
+#include <ATen/core/ivalue.h>
+
+#include "fairseq_cpp/core/errors.h"
+
+namespace fairseq_cpp::trainer {
+namespace {
+
+c10::IValue get(const checkpoint::StateDict& dict, const std::string& key, const std::string& path) {
+  if (!dict.contains(key)) raise<DataError>("{}: the checkpoint has no `{}` entry", path, key);
+  return dict.at(key);
+}
+
+int64_t get_int(const checkpoint::StateDict& dict, const std::string& key, const std::string& path) {
+  c10::IValue v = get(dict, key, path);
+  if (!v.isInt()) raise<DataError>("{}: `{}` must be an integer", path, key);
+  return v.toInt();
+}
+
+checkpoint::StateDict get_dict(const checkpoint::StateDict& dict, const std::string& key, const std::string& path) {
+  c10::IValue v = get(dict, key, path);
+  if (!v.isGenericDict()) raise<DataError>("{}: `{}` must be a dict", path, key);
+  return v.toGenericDict();
+}
+
+}  // namespace
+
+checkpoint::StateDict make_checkpoint(Trainer& trainer, const TrainingState& state, const std::string& config_yaml) {
+  checkpoint::StateDict ckpt = checkpoint::new_state_dict();
+  ckpt.insert(checkpoint::kModelKey, checkpoint::model_state(trainer.model()));
+  ckpt.insert(checkpoint::kConfigKey, config_yaml);
+  ckpt.insert("optimizer", trainer.optimizer().state_dict());
+  ckpt.insert("lr_scheduler", trainer.lr_scheduler().state_dict());
+  checkpoint::StateDict iterator = checkpoint::new_state_dict();
+  iterator.insert("epoch", state.iterator.epoch);
+  iterator.insert("global_batches", state.iterator.global_batches);
+  iterator.insert("shuffle", state.iterator.shuffle);
+  checkpoint::StateDict extra = checkpoint::new_state_dict();
+  extra.insert("train_iterator", iterator);
+  extra.insert("num_updates", state.num_updates);
+  extra.insert("has_best", state.best.has_value());
+  extra.insert("best", state.best.value_or(0.0));
+  extra.insert("bad_validations", state.bad_validations);
+  extra.insert("wall_seconds", state.wall_seconds);
+  ckpt.insert("extra_state", extra);
+  return ckpt;
+}
+
+TrainingState restore_checkpoint(const checkpoint::StateDict& ckpt, const std::string& path, Trainer& trainer,
+                                 const RestoreOptions& options) {
+  checkpoint::load_model_state(trainer.model(), checkpoint::model_entry(ckpt, path), path);
+  TrainingState state;
+  if (!ckpt.contains("extra_state")) {
+    // A model-only checkpoint (e.g. imported from fairseq): start training from its weights.
+    return state;
+  }
+  checkpoint::StateDict extra = get_dict(ckpt, "extra_state", path);
+  state.num_updates = get_int(extra, "num_updates", path);
+  if (get(extra, "has_best", path).toBool()) state.best = get(extra, "best", path).toDouble();
+  state.bad_validations = get_int(extra, "bad_validations", path);
+  if (!options.reset_meters) state.wall_seconds = get(extra, "wall_seconds", path).toDouble();
+  if (!options.reset_dataloader) {
+    checkpoint::StateDict iterator = get_dict(extra, "train_iterator", path);
+    state.iterator.epoch = get_int(iterator, "epoch", path);
+    state.iterator.global_batches = get_int(iterator, "global_batches", path);
+    state.iterator.shuffle = get(iterator, "shuffle", path).toBool();
+  }
+  if (!options.reset_optimizer) trainer.optimizer().load_state_dict(get_dict(ckpt, "optimizer", path));
+  if (!options.reset_lr_scheduler) trainer.lr_scheduler().load_state_dict(get_dict(ckpt, "lr_scheduler", path));
+  trainer.set_num_updates(state.num_updates);
+  return state;
+}
+
+}  // namespace fairseq_cpp::trainer

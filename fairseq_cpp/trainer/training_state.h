@@ -1,0 +1,40 @@
+#pragma once
+// Where training stands, as one plain struct (Marian's TrainingState), and its round trip through
+// a checkpoint file together with the model, optimizer and LR scheduler:
+//   "model", "cfg", "optimizer", "lr_scheduler", "extra_state" {train_iterator {epoch,
+//   global_batches, shuffle}, num_updates, best, bad_validations, wall_seconds}
+
+#include <optional>
+#include <string>
+
+#include "fairseq_cpp/checkpoint/checkpoint.h"
+#include "fairseq_cpp/data/epoch_batch_iterator.h"
+#include "fairseq_cpp/trainer/trainer.h"
+
+namespace fairseq_cpp::trainer {
+
+struct TrainingState {
+  data::IteratorState iterator;  // where the next batch comes from
+  int64_t num_updates = 0;       // updates done
+  std::optional<double> best;    // best validation metric so far; unset before the first
+  int64_t bad_validations = 0;   // validations since the best one (early stopping)
+  double wall_seconds = 0;       // training time of earlier runs, in seconds
+};
+
+// What a checkpoint restores; fairseq's --reset-* flags leave parts out.
+struct RestoreOptions {
+  bool reset_optimizer = false;     // keep the fresh optimizer state
+  bool reset_lr_scheduler = false;  // keep the fresh LR schedule
+  bool reset_dataloader = false;    // start the data from the first epoch
+  bool reset_meters = false;        // start the wall clock from zero
+};
+
+// The whole checkpoint of `trainer` at `state`, with `config_yaml` (config::dump_config).
+checkpoint::StateDict make_checkpoint(Trainer& trainer, const TrainingState& state, const std::string& config_yaml);
+
+// Loads `ckpt` (read from `path`) into `trainer`; returns the training state to continue from.
+// Throws DataError naming `path` when a part does not fit.
+TrainingState restore_checkpoint(const checkpoint::StateDict& ckpt, const std::string& path, Trainer& trainer,
+                                 const RestoreOptions& options);
+
+}  // namespace fairseq_cpp::trainer

@@ -1,0 +1,215 @@
+// train_step's semantics on a tiny Transformer: the update does not depend on how a batch is
+// split over workers (real Gloo ranks as threads) or micro-batches; dummy batches weigh nothing;
+// diverging workers are caught.
+#include "fairseq_cpp/trainer/trainer.h"
+
+#include <gtest/gtest.h>
+#include <torch/torch.h>
+
+#include <thread>
+
+#include "fairseq_cpp/distributed/process_group_gang.h"
+#include "fairseq_cpp/distributed/topology.h"
+#include "fairseq_cpp/models/transformer.h"
+
+namespace fairseq_cpp::trainer {
+namespace {
+
+constexpr int64_t kVocab = 24;
+
+// A batch of `n` sentences of random tokens 4..kVocab-1 ending in </s> (2), padded with 1.
+data::Batch make_batch(int64_t n, int64_t seed) {
+  torch::manual_seed(static_cast<uint64_t>(seed));
+  const int64_t src_len = 7, tgt_len = 6;
+  data::Batch b;
+  b.src_tokens = torch::randint(4, kVocab, {n, src_len}, torch::kLong);
+  b.src_tokens.select(1, src_len - 1).fill_(2);
+  b.src_tokens.index_put_({0, 0}, 1);  // some left padding in row 0
+  b.src_lengths = torch::full({n}, src_len, torch::kLong);
+  b.src_lengths[0] = src_len - 1;
+  b.target = torch::randint(4, kVocab, {n, tgt_len}, torch::kLong);
+  b.target.select(1, tgt_len - 1).fill_(2);
+  b.target.index_put_({n - 1, tgt_len - 1}, 1);  // right padding in the last row
+  b.target.index_put_({n - 1, tgt_len - 2}, 2);
+  b.prev_output_tokens = torch::cat({torch::full({n, 1}, 2, torch::kLong), b.target.slice(1, 0, tgt_len - 1)}, 1);
+  b.ntokens = b.target.ne(1).sum().item<int64_t>();
+  b.nsentences = n;
+  return b;
+}
+
+std::shared_ptr<models::TransformerModel> make_model() {
+  torch::manual_seed(7);
+  config::ModelConfig m;
+  m.arch = "transformer_tiny";
+  m.dropout = 0.0;
+  m.share_all_embeddings = true;
+  return std::make_shared<models::TransformerModel>(models::resolve_transformer_options(m, config::TaskConfig{}),
+                                                    models::Vocabularies{kVocab, kVocab, 1, true});
+}
+
+std::unique_ptr<Trainer> make_trainer(std::shared_ptr<models::TransformerModel> model, distributed::Gang& gang,
+                                      int64_t check_interval = 0) {
+  criterions::CriterionOptions co;
+  co.name = "label_smoothed_cross_entropy";
+  co.label_smoothing = 0.1;
+  optim::OptimizerOptions oo;
+  oo.name = "adam";
+  oo.lr = 1e-3;
+  oo.betas = {0.9, 0.98};
+  optim::LrSchedulerOptions so;
+  so.name = "inverse_sqrt";
+  so.lr = {1e-3};
+  so.warmup_updates = 4;
+  TrainerOptions to;
+  to.clip_norm = 1.0;
+  to.check_interval = check_interval;
+  to.bucket_cap_mb = 0.01;  // several buckets even for this small model
+  return std::make_unique<Trainer>(to, model, criterions::Criterion(co),
+                                   optim::build_optimizer(oo, models::unique_parameters(*model)),
+                                   optim::build_lr_scheduler(so), gang);
+}
+
+void expect_same_parameters(torch::nn::Module& a, torch::nn::Module& b, double rtol) {
+  auto pa = a.named_parameters();
+  auto pb = b.named_parameters();
+  ASSERT_EQ(pa.size(), pb.size());
+  for (const auto& item : pa) {
+    const at::Tensor& x = item.value();
+    const at::Tensor& y = pb[item.key()];
+    EXPECT_TRUE(torch::allclose(x, y, rtol, 1e-7))
+        << item.key() << " differs by " << (x - y).abs().max().item<double>();
+  }
+}
+
+// Runs `steps` updates on `n` ranks as threads; rank r trains on the batches `per_rank[step][r]`.
+void train_on_threads(int n, const std::vector<std::vector<std::vector<data::Batch>>>& per_rank,
+                      std::vector<std::shared_ptr<models::TransformerModel>>& models, int64_t check_interval = 0,
+                      std::vector<std::string>* errors = nullptr) {
+  int port = distributed::pick_free_port();
+  std::vector<std::thread> threads;
+  for (int r = 0; r < n; ++r) {
+    threads.emplace_back([&, r] {
+      try {
+        distributed::ProcessGroupOptions o;
+        o.master_port = port;
+        o.rank = r;
+        o.world_size = n;
+        o.timeout_seconds = 60;
+        auto gang = distributed::make_process_group_gang(o);
+        auto trainer = make_trainer(models[r], *gang, check_interval);
+        for (const auto& step : per_rank) trainer->train_step(step[r]);
+      } catch (const std::exception& e) {
+        if (errors != nullptr)
+          (*errors)[r] = e.what();
+        else
+          ADD_FAILURE() << "rank " << r << ": " << e.what();
+      }
+    });
+  }
+  for (auto& t : threads) t.join();
+}
+
+TEST(Trainer, TwoWorkersEqualOneWorkerWithUpdateFreqTwo) {
+  const int steps = 4;
+  std::vector<std::vector<data::Batch>> batches;  // [step] -> {A, B}
+  for (int s = 0; s < steps; ++s) batches.push_back({make_batch(3, 100 + s), make_batch(5, 200 + s)});
+
+  auto single = make_model();
+  distributed::FakeGang one;
+  auto trainer = make_trainer(single, one);
+  for (const auto& group : batches) {
+    StepStats stats = trainer->train_step(group);
+    EXPECT_FALSE(stats.skipped);
+    EXPECT_EQ(stats.loss.ntokens, group[0].ntokens + group[1].ntokens);
+  }
+  EXPECT_EQ(trainer->num_updates(), steps);
+
+  std::vector<std::shared_ptr<models::TransformerModel>> workers{make_model(), make_model()};
+  std::vector<std::vector<std::vector<data::Batch>>> per_rank;
+  for (const auto& group : batches) per_rank.push_back({{group[0]}, {group[1]}});
+  train_on_threads(2, per_rank, workers);
+  expect_same_parameters(*single, *workers[0], 1e-5);
+  expect_same_parameters(*workers[0], *workers[1], 0.0);
+}
+
+TEST(Trainer, DummyBatchesWeighNothing) {
+  // Rank 1 has a dummy batch: the update equals one worker training on rank 0's batch alone.
+  auto single = make_model();
+  distributed::FakeGang one;
+  auto trainer = make_trainer(single, one);
+  data::Batch a = make_batch(4, 300);
+  trainer->train_step({a});
+
+  std::vector<std::shared_ptr<models::TransformerModel>> workers{make_model(), make_model()};
+  train_on_threads(2, {{{a}, {data::Batch{}}}}, workers);
+  expect_same_parameters(*single, *workers[1], 1e-5);
+
+  // Only dummies: no update at all.
+  auto untouched = make_model();
+  auto reference = make_model();
+  auto t = make_trainer(untouched, one);
+  StepStats stats = t->train_step({data::Batch{}, data::Batch{}});
+  EXPECT_TRUE(stats.skipped);
+  EXPECT_EQ(t->num_updates(), 0);
+  expect_same_parameters(*untouched, *reference, 0.0);
+}
+
+TEST(Trainer, SimulatedWorkersHoldingTheSameBatchGiveTheSameUpdate) {
+  data::Batch a = make_batch(4, 400);
+  auto m1 = make_model();
+  auto m3 = make_model();
+  distributed::FakeGang one;
+  distributed::FakeGang three(3);
+  auto t1 = make_trainer(m1, one);
+  auto t3 = make_trainer(m3, three);
+  StepStats s1 = t1->train_step({a});
+  StepStats s3 = t3->train_step({a});
+  EXPECT_EQ(s3.loss.ntokens, 3 * s1.loss.ntokens);
+  EXPECT_NEAR(s3.loss.loss(), s1.loss.loss(), 1e-6);
+  EXPECT_NEAR(s3.gnorm, s1.gnorm, 1e-6);
+  expect_same_parameters(*m1, *m3, 1e-6);
+}
+
+TEST(Trainer, LossIsNormalizedByTheTotalSampleSize) {
+  // The gradient is sum of per-token gradients / all tokens: one batch of 8 equals the same rows
+  // split into two micro-batches of 4.
+  data::Batch all = make_batch(8, 500);
+  auto half = [&](int64_t from) {
+    data::Batch b;
+    b.src_tokens = all.src_tokens.slice(0, from, from + 4);
+    b.src_lengths = all.src_lengths.slice(0, from, from + 4);
+    b.target = all.target.slice(0, from, from + 4);
+    b.prev_output_tokens = all.prev_output_tokens.slice(0, from, from + 4);
+    b.ntokens = b.target.ne(1).sum().item<int64_t>();
+    b.nsentences = 4;
+    return b;
+  };
+  auto whole = make_model();
+  auto split = make_model();
+  distributed::FakeGang one;
+  auto tw = make_trainer(whole, one);
+  auto ts = make_trainer(split, one);
+  StepStats sw = tw->train_step({all});
+  StepStats ss = ts->train_step({half(0), half(4)});
+  EXPECT_EQ(sw.loss.sample_size, ss.loss.sample_size);
+  EXPECT_NEAR(sw.gnorm, ss.gnorm, 1e-5 * sw.gnorm);
+  expect_same_parameters(*whole, *split, 1e-5);
+}
+
+TEST(Trainer, DivergedWorkersAreCaught) {
+  std::vector<std::shared_ptr<models::TransformerModel>> workers{make_model(), make_model()};
+  {
+    torch::NoGradGuard no_grad;
+    workers[1]->named_parameters().begin()->value().add_(0.5);  // rank 1 starts elsewhere
+  }
+  std::vector<std::string> errors(2);
+  data::Batch a = make_batch(3, 600);
+  train_on_threads(2, {{{a}, {a}}}, workers, /*check_interval=*/1, &errors);
+  for (int r = 0; r < 2; ++r) {
+    EXPECT_NE(errors[r].find("the workers' parameters diverged at update 1"), std::string::npos) << errors[r];
+    EXPECT_NE(errors[r].find("rank   1  parameter checksum"), std::string::npos) << errors[r];
+  }
+}
+
+}  // namespace
+}  // namespace fairseq_cpp::trainer

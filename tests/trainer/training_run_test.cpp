@@ -1,0 +1,260 @@
+// Whole runs of fairseq-cpp-train on a small generated corpus (real preprocess, real data-bin,
+// real processes over Gloo): split invariance, bit-exact resume, and faults.
+#include <gtest/gtest.h>
+#include <torch/torch.h>
+
+#include <signal.h>
+
+#include <chrono>
+#include <filesystem>
+#include <fstream>
+#include <nlohmann/json.hpp>
+#include <random>
+#include <thread>
+
+#include <fmt/format.h>
+
+#include "fairseq_cpp/checkpoint/checkpoint.h"
+#include "tests/support/test_support.h"
+
+namespace fairseq_cpp::testing {
+namespace {
+namespace fs = std::filesystem;
+
+// A corpus where the target is the source reversed with every word renamed: learnable by a tiny model.
+void write_corpus(const std::string& prefix, int lines, uint32_t seed) {
+  std::mt19937 rng(seed);
+  std::ofstream src(prefix + ".src"), tgt(prefix + ".tgt");
+  for (int i = 0; i < lines; ++i) {
+    int len = 3 + static_cast<int>(rng() % 10);
+    std::vector<int> words(len);
+    for (int& w : words) w = static_cast<int>(rng() % 30);
+    for (int j = 0; j < len; ++j) src << (j ? " " : "") << "s" << words[j];
+    for (int j = len - 1; j >= 0; --j) tgt << (j == len - 1 ? "" : " ") << "t" << (words[j] * 7 % 30);
+    src << "\n";
+    tgt << "\n";
+  }
+}
+
+class TrainingRun : public ::testing::Test {
+ protected:
+  static void SetUpTestSuite() {
+    corpus_ = new TempDir();
+    write_corpus(corpus_->path() + "/train", 300, 1);
+    write_corpus(corpus_->path() + "/valid", 40, 2);
+    auto r = run({program("fairseq-cpp-preprocess"), "--source-lang", "src", "--target-lang", "tgt", "--trainpref",
+                  corpus_->path() + "/train", "--validpref", corpus_->path() + "/valid", "--destdir",
+                  corpus_->path() + "/bin", "--joined-dictionary"});
+    ASSERT_EQ(r.exit_code, 0) << r.err;
+  }
+  static void TearDownTestSuite() {
+    delete corpus_;
+    corpus_ = nullptr;
+  }
+
+  // A config for the corpus, saving into `save_dir`; `extra` lines are appended to their sections.
+  std::string config(const std::string& save_dir, int world, int update_freq, int max_update,
+                     const std::string& extra_checkpoint = "", double dropout = 0.0) {
+    std::string yaml =
+        fmt::format(R"(task:
+  data: {data}
+  source_lang: src
+  target_lang: tgt
+model:
+  arch: transformer_tiny
+  dropout: {dropout}
+  share_all_embeddings: true
+criterion:
+  _name: label_smoothed_cross_entropy
+  label_smoothing: 0.1
+optimizer:
+  _name: adam
+  adam_betas: (0.9, 0.98)
+lr_scheduler:
+  _name: inverse_sqrt
+  warmup_updates: 10
+optimization:
+  lr: 0.002
+  max_update: {max_update}
+  update_freq: [{update_freq}]
+  clip_norm: 1.0
+dataset:
+  max_tokens: 200
+  required_batch_size_multiple: 1
+common:
+  seed: 3
+  cpu_threads: 1
+  log_format: json
+  log_interval: 1
+distributed_training:
+  distributed_world_size: {world}
+  timeout: 60
+checkpoint:
+  save_dir: {save_dir}
+  no_epoch_checkpoints: true
+{extra_checkpoint}
+)",
+                    fmt::arg("data", corpus_->path() + "/bin"), fmt::arg("dropout", dropout),
+                    fmt::arg("max_update", max_update), fmt::arg("update_freq", update_freq), fmt::arg("world", world),
+                    fmt::arg("save_dir", save_dir), fmt::arg("extra_checkpoint", extra_checkpoint));
+    return work_.write(fmt::format("cfg-{}.yaml", counter_++), yaml);
+  }
+
+  RunResult train(const std::string& cfg, std::vector<std::string> overrides = {}) {
+    std::vector<std::string> argv{program("fairseq-cpp-train"), cfg};
+    argv.insert(argv.end(), overrides.begin(), overrides.end());
+    return run(argv);
+  }
+
+  static checkpoint::TensorDict parameters(const std::string& save_dir) {
+    std::string path = save_dir + "/checkpoint_last.pt";
+    return checkpoint::model_entry(checkpoint::load_file(path), path);
+  }
+
+  static int64_t updates_in(const std::string& path) {
+    auto ckpt = checkpoint::load_file(path);
+    return ckpt.at("extra_state").toGenericDict().at("num_updates").toInt();
+  }
+
+  // Largest relative difference between two checkpoints' parameters.
+  static double max_relative_difference(const checkpoint::TensorDict& a, const checkpoint::TensorDict& b) {
+    double worst = 0;
+    EXPECT_EQ(a.size(), b.size());
+    for (const auto& item : a) {
+      at::Tensor x = item.value().to(at::kDouble);
+      at::Tensor y = b.at(item.key()).to(at::kDouble);
+      double diff = (x - y).abs().max().item<double>() / std::max(1e-3, x.abs().max().item<double>());
+      worst = std::max(worst, diff);
+    }
+    return worst;
+  }
+
+  // The train_inner JSON lines of a run's log, by num_updates.
+  static std::map<int64_t, nlohmann::json> inner_logs(const std::string& log) {
+    std::map<int64_t, nlohmann::json> out;
+    std::istringstream in(log);
+    std::string line;
+    while (std::getline(in, line)) {
+      auto at = line.find("[train_inner] {");
+      if (at == std::string::npos) continue;
+      auto j = nlohmann::json::parse(line.substr(at + 14));
+      out[j["num_updates"].get<int64_t>()] = j;
+    }
+    return out;
+  }
+
+  static TempDir* corpus_;
+  TempDir work_;
+  int counter_ = 0;
+};
+TempDir* TrainingRun::corpus_ = nullptr;
+
+TEST_F(TrainingRun, TwoWorkersEqualOneWorkerWithUpdateFreqTwo) {
+  std::string a = work_.path() + "/a", b = work_.path() + "/b";
+  auto ra = train(config(a, 2, 1, 20));
+  ASSERT_EQ(ra.exit_code, 0) << ra.err;
+  auto rb = train(config(b, 1, 2, 20));
+  ASSERT_EQ(rb.exit_code, 0) << rb.err;
+  EXPECT_EQ(updates_in(a + "/checkpoint_last.pt"), 20);
+  EXPECT_EQ(updates_in(b + "/checkpoint_last.pt"), 20);
+  EXPECT_LT(max_relative_difference(parameters(a), parameters(b)), 1e-5);
+  // The same logged losses, update by update.
+  auto la = inner_logs(ra.err), lb = inner_logs(rb.err);
+  ASSERT_EQ(la.size(), 20u) << ra.err;
+  for (auto& [n, j] : la) EXPECT_NEAR(j["loss"].get<double>(), lb[n]["loss"].get<double>(), 2e-3) << "update " << n;
+}
+
+TEST_F(TrainingRun, FourByOneEqualsTwoByTwoEqualsOneByFour) {
+  std::string a = work_.path() + "/a", b = work_.path() + "/b", c = work_.path() + "/c";
+  ASSERT_EQ(train(config(a, 4, 1, 10)).exit_code, 0);
+  ASSERT_EQ(train(config(b, 2, 2, 10)).exit_code, 0);
+  ASSERT_EQ(train(config(c, 1, 4, 10)).exit_code, 0);
+  EXPECT_LT(max_relative_difference(parameters(a), parameters(b)), 1e-5);
+  EXPECT_LT(max_relative_difference(parameters(b), parameters(c)), 1e-5);
+}
+
+TEST_F(TrainingRun, ResumeIsBitExact) {
+  // With dropout, mid-epoch (15 batches an epoch): 40 straight vs 20, stop, resume, 20 more.
+  std::string straight = work_.path() + "/straight", resumed = work_.path() + "/resumed";
+  auto rs = train(config(straight, 1, 1, 40, "", 0.1));
+  ASSERT_EQ(rs.exit_code, 0) << rs.err;
+  auto r1 = train(config(resumed, 1, 1, 20, "", 0.1));
+  ASSERT_EQ(r1.exit_code, 0) << r1.err;
+  auto r2 = train(config(resumed, 1, 1, 40, "", 0.1));
+  ASSERT_EQ(r2.exit_code, 0) << r2.err;
+  EXPECT_NE(r2.err.find("loaded " + resumed + "/checkpoint_last.pt (epoch 2 @ 20 updates)"), std::string::npos)
+      << r2.err;
+  auto ps = parameters(straight), pr = parameters(resumed);
+  for (const auto& item : ps) EXPECT_TRUE(torch::equal(item.value(), pr.at(item.key()))) << item.key();
+  auto ls = inner_logs(rs.err), lr = inner_logs(r2.err);
+  ASSERT_EQ(lr.size(), 20u);
+  for (auto& [n, j] : lr) {
+    EXPECT_EQ(j["loss"], ls[n]["loss"]) << "update " << n;
+    EXPECT_EQ(j["gnorm"], ls[n]["gnorm"]) << "update " << n;
+  }
+}
+
+TEST_F(TrainingRun, TwoWorkersCheckpointResumesWithOneWorkerAtTheSameBatch) {
+  std::string straight = work_.path() + "/straight", resumed = work_.path() + "/resumed";
+  ASSERT_EQ(train(config(straight, 1, 2, 20)).exit_code, 0);
+  auto r1 = train(config(resumed, 2, 1, 10));
+  ASSERT_EQ(r1.exit_code, 0) << r1.err;
+  auto r2 = train(config(resumed, 1, 2, 20));
+  ASSERT_EQ(r2.exit_code, 0) << r2.err;
+  EXPECT_LT(max_relative_difference(parameters(straight), parameters(resumed)), 1e-5);
+}
+
+// The worker pids of a spawning launcher, in rank order.
+std::vector<int> children_of(int pid) {
+  std::ifstream in(fmt::format("/proc/{}/task/{}/children", pid, pid));
+  std::vector<int> pids;
+  for (int p; in >> p;) pids.push_back(p);
+  return pids;
+}
+
+TEST_F(TrainingRun, KillNineStopsTheGroupAndTheLastCheckpointResumes) {
+  std::string dir = work_.path() + "/killed";
+  std::string cfg = config(dir, 2, 1, 100000, "  save_interval_updates: 5");
+  BackgroundProcess parent({program("fairseq-cpp-train"), cfg});
+  auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(120);
+  while (!fs::exists(dir + "/checkpoint_last.pt") && std::chrono::steady_clock::now() < deadline)
+    std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  ASSERT_TRUE(fs::exists(dir + "/checkpoint_last.pt")) << parent.err();
+  std::this_thread::sleep_for(std::chrono::milliseconds(500));
+  auto pids = children_of(parent.pid());
+  ASSERT_EQ(pids.size(), 2u);
+  auto killed_at = std::chrono::steady_clock::now();
+  kill(pids[1], SIGKILL);
+  int code = parent.wait(15);
+  EXPECT_LT(std::chrono::duration<double>(std::chrono::steady_clock::now() - killed_at).count(), 15.0);
+  EXPECT_NE(code, -1) << "still running 15 s after kill -9";
+  EXPECT_NE(code, 0);
+  EXPECT_NE(parent.err().find(fmt::format("rank 1 (pid {}) was killed by signal 9 (SIGKILL)", pids[1])),
+            std::string::npos)
+      << parent.err();
+  EXPECT_NE(kill(pids[0], 0), 0) << "rank 0 outlived the group";
+  // The last checkpoint is complete, and the same command resumes from it.
+  int64_t saved = updates_in(dir + "/checkpoint_last.pt");
+  EXPECT_GE(saved, 5);
+  auto again = train(cfg, {fmt::format("optimization.max_update={}", saved + 3)});
+  EXPECT_EQ(again.exit_code, 0) << again.err;
+  EXPECT_NE(again.err.find(fmt::format("(epoch", saved)), std::string::npos);
+  EXPECT_NE(again.err.find(fmt::format("@ {} updates)", saved)), std::string::npos) << again.err;
+  EXPECT_EQ(updates_in(dir + "/checkpoint_last.pt"), saved + 3);
+}
+
+TEST_F(TrainingRun, SigtermSavesAndExitsWithTheRequeueCode) {
+  std::string dir = work_.path() + "/stopped";
+  BackgroundProcess p({program("fairseq-cpp-train"), config(dir, 2, 1, 100000)});
+  auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(120);
+  while (p.err().find("\"num_updates\": 3") == std::string::npos && std::chrono::steady_clock::now() < deadline)
+    std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  p.signal(SIGTERM);
+  int code = p.wait(60);
+  EXPECT_EQ(code, 3) << p.err();
+  EXPECT_NE(p.err().find("stop signal received: saving checkpoint_last"), std::string::npos) << p.err();
+  EXPECT_GE(updates_in(dir + "/checkpoint_last.pt"), 3);
+}
+
+}  // namespace
+}  // namespace fairseq_cpp::testing

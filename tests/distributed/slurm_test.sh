@@ -3,7 +3,8 @@
 # then `srun -n2` jobs whose ranks come from our SLURM inference:
 #   1. the probe's collective suite over Gloo (ranks agree on every all-reduce);
 #   2. fairseq-cpp-train --dry-run-distributed prints mode=slurm-per-task for each task;
-#   3. one task per node with distributed_world_size=2 spawns two local workers (slurm-per-node).
+#   3. one task per node with distributed_world_size=2 spawns two local workers (slurm-per-node);
+#   4. a short training run: srun -n2 fairseq-cpp-train on a small generated corpus.
 # Usage: slurm_test.sh SOURCE_DIR BUILD_DIR
 set -euo pipefail
 src=$1
@@ -38,4 +39,22 @@ out=$(timeout 120 srun -n1 "$build/tests/fsq_dist_probe" collectives --world-siz
 echo "$out"
 [ "$(grep -c 'collectives ok' <<<"$out")" = 2 ] || fail "per-node spawn: expected two workers"
 grep -q 'mode=slurm-per-node rank=0/2 local=0/2' "$dir/err3" || fail "per-node mode not resolved: $(cat "$dir/err3")"
-echo "slurm: 3 passed, 0 failed"
+# 4. a short training run with srun -n2 (two tasks, Gloo), on a small generated corpus.
+mkdir -p "$dir/corpus"
+for split in train:200 valid:20; do
+  name=${split%%:*}
+  n=${split##*:}
+  awk -v n="$n" 'BEGIN { srand(7); for (i = 0; i < n; i++) { len = 3 + int(rand() * 8); s = ""; t = "";
+    for (j = 0; j < len; j++) { w = int(rand() * 20); s = s (j ? " " : "") "s" w; t = "t" w (j ? " " : "") t }
+    print s > "/dev/stdout"; print t > "/dev/stderr" } }' >"$dir/corpus/$name.src" 2>"$dir/corpus/$name.tgt"
+done
+"$build/fairseq-cpp-preprocess" --source-lang src --target-lang tgt --trainpref "$dir/corpus/train" \
+  --validpref "$dir/corpus/valid" --destdir "$dir/bin" --joined-dictionary >/dev/null 2>&1 || fail "preprocess"
+timeout 300 srun -n2 --kill-on-bad-exit=1 "$build/fairseq-cpp-train" task.data="$dir/bin" model.arch=transformer_tiny \
+  dataset.max_tokens=300 optimization.max_update=6 optimizer._name=adam optimization.lr=0.001 \
+  checkpoint.save_dir="$dir/ckpt" common.cpu_threads=1 common.log_format=simple common.log_interval=1 \
+  >"$dir/out4" 2>"$dir/err4" || fail "srun training: $(tail -n 20 "$dir/err4")"
+grep -q 'mode=slurm-per-task rank=0/2' "$dir/err4" || fail "training did not run as slurm-per-task: $(cat "$dir/err4")"
+grep -q 'done training' "$dir/err4" || fail "training did not finish: $(tail -n 20 "$dir/err4")"
+[ -f "$dir/ckpt/checkpoint_last.pt" ] || fail "no checkpoint_last.pt"
+echo "slurm: 4 passed, 0 failed"

@@ -21,6 +21,7 @@ LogFormat parse_log_format(std::string_view name, bool tty) {
 
 std::string format_stat(const Stat& stat) {
   double v = stat.value;
+  if (stat.decimals < 0) return fmt::format("{:g}", v);  // fairseq's "{:g}": 3.75e-05, 1543.27
   if (stat.decimals >= 0 && std::isfinite(v)) {
     double scale = std::pow(10.0, stat.decimals);
     v = std::round(v * scale) / scale;

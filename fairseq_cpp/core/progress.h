@@ -23,7 +23,7 @@ enum class LogFormat { tqdm, simple, json, none };
 // "" picks tqdm when `tty`, else simple; throws UserError on an unknown name.
 LogFormat parse_log_format(std::string_view name, bool tty);
 
-// One named number in a progress line; `decimals` < 0 prints it unrounded.
+// One named number in a progress line; `decimals` < 0 prints it with 6 significant digits.
 struct Stat {
   std::string key;
   double value = 0;
@@ -31,7 +31,8 @@ struct Stat {
 };
 using Stats = std::vector<Stat>;
 
-// "5.123" for (5.12345, 3), "10" for (10.0, 3): rounded, then the shortest exact form.
+// "5.123" for (5.12345, 3), "10" for (10.0, 3): rounded, then the shortest exact form;
+// "3.75e-05" for (3.7500000000000003e-05, -1).
 std::string format_stat(const Stat& stat);
 
 struct ProgressOptions {

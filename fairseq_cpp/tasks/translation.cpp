@@ -130,7 +130,7 @@ class CheckpointWriter {
   // Keeps the newest keep_interval_updates update checkpoints and keep_last_epochs epoch ones.
   void prune() {
     auto keep_newest = [&](const std::regex& pattern, int64_t keep) {
-      if (keep < 0) return;
+      if (keep <= 0) return;  // fairseq: -1 (the default) and 0 keep all
       std::vector<std::pair<int64_t, fs::path>> found;
       std::error_code ec;
       for (const auto& entry : fs::directory_iterator(o_.save_dir, ec)) {
@@ -141,14 +141,9 @@ class CheckpointWriter {
       std::sort(found.rbegin(), found.rend());
       for (size_t i = static_cast<size_t>(keep); i < found.size(); ++i) fs::remove(found[i].second, ec);
     };
-    keep_newest(std::regex(R"(checkpoint_\d+_(\d+))" +
-                           std::regex_replace(o_.checkpoint_suffix, std::regex(R"([.^$|()\[\]{}*+?\\])"), R"(\$&)") +
-                           R"(\.pt)"),
-                o_.keep_interval_updates);
-    keep_newest(std::regex(R"(checkpoint(\d+))" +
-                           std::regex_replace(o_.checkpoint_suffix, std::regex(R"([.^$|()\[\]{}*+?\\])"), R"(\$&)") +
-                           R"(\.pt)"),
-                o_.keep_last_epochs);
+    const std::string suffix = std::regex_replace(o_.checkpoint_suffix, std::regex(R"([.^$|()\[\]{}*+?\\])"), R"(\$&)");
+    keep_newest(std::regex(R"(checkpoint_\d+_(\d+))" + suffix + R"(\.pt)"), o_.keep_interval_updates);
+    keep_newest(std::regex(R"(checkpoint(\d+))" + suffix + R"(\.pt)"), o_.keep_last_epochs);
   }
 
   const config::CheckpointConfig& o_;

@@ -31,6 +31,7 @@ TEST(Progress, FormatStatRoundsThenPrintsShortest) {
   EXPECT_EQ(format_stat({"x", 5.123456, 3}), "5.123");
   EXPECT_EQ(format_stat({"x", 10.0, 3}), "10");
   EXPECT_EQ(format_stat({"x", 0.00025, -1}), "0.00025");
+  EXPECT_EQ(format_stat({"x", 3.7500000000000003e-05, -1}), "3.75e-05");
   EXPECT_EQ(format_stat({"x", 2.5, 0}), "3");  // round half away from zero
 }
 

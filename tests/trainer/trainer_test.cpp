@@ -211,5 +211,87 @@ TEST(Trainer, DivergedWorkersAreCaught) {
   }
 }
 
+// A tiny Transformer that can be told to run out of memory or to produce NaN logits.
+class FaultyModel : public models::TransformerModel {
+ public:
+  using models::TransformerModel::TransformerModel;
+  bool oom = false;
+  bool nan = false;
+  models::EncoderOut encode(const at::Tensor& src_tokens, const at::Tensor& src_lengths) override {
+    if (oom) throw std::bad_alloc();
+    return models::TransformerModel::encode(src_tokens, src_lengths);
+  }
+  at::Tensor decode(const at::Tensor& prev_output_tokens, const models::EncoderOut& encoder_out) override {
+    at::Tensor logits = models::TransformerModel::decode(prev_output_tokens, encoder_out);
+    return nan ? logits * std::nan("") : logits;
+  }
+};
+
+std::shared_ptr<FaultyModel> make_faulty_model() {
+  torch::manual_seed(7);
+  config::ModelConfig m;
+  m.arch = "transformer_tiny";
+  m.dropout = 0.0;
+  m.share_all_embeddings = true;
+  return std::make_shared<FaultyModel>(models::resolve_transformer_options(m, config::TaskConfig{}),
+                                       models::Vocabularies{kVocab, kVocab, 1, true});
+}
+
+TEST(Trainer, OutOfMemoryOnOneRankSkipsTheUpdateOnEveryRank) {
+  auto reference = make_model();
+  std::vector<std::shared_ptr<FaultyModel>> workers{make_faulty_model(), make_faulty_model()};
+  workers[1]->oom = true;
+  int port = distributed::pick_free_port();
+  std::vector<StepStats> stats(2);
+  std::vector<int64_t> updates(2);
+  std::vector<std::thread> threads;
+  for (int r = 0; r < 2; ++r) {
+    threads.emplace_back([&, r] {
+      distributed::ProcessGroupOptions o;
+      o.master_port = port;
+      o.rank = r;
+      o.world_size = 2;
+      o.timeout_seconds = 60;
+      auto gang = distributed::make_process_group_gang(o);
+      auto trainer = make_trainer(workers[r], *gang);
+      stats[r] = trainer->train_step({make_batch(3, 700 + r)});
+      updates[r] = trainer->num_updates();
+    });
+  }
+  for (auto& t : threads) t.join();
+  for (int r = 0; r < 2; ++r) {
+    EXPECT_TRUE(stats[r].skipped) << "rank " << r;
+    EXPECT_EQ(stats[r].ooms, 1) << "rank " << r;
+    EXPECT_EQ(updates[r], 0) << "rank " << r;
+    expect_same_parameters(*reference, *workers[r], 0.0);
+  }
+}
+
+TEST(Trainer, NonFiniteGradientsAreSkippedThenStopTraining) {
+  auto model = make_faulty_model();
+  auto reference = make_model();
+  distributed::FakeGang one;
+  criterions::CriterionOptions co;
+  optim::OptimizerOptions oo;
+  optim::LrSchedulerOptions so;
+  TrainerOptions to;
+  to.max_nonfinite = 2;
+  Trainer trainer(to, model, criterions::Criterion(co), optim::build_optimizer(oo, models::unique_parameters(*model)),
+                  optim::build_lr_scheduler(so), one);
+  model->nan = true;
+  StepStats first = trainer.train_step({make_batch(3, 800)});
+  EXPECT_TRUE(first.skipped);
+  EXPECT_FALSE(std::isfinite(first.gnorm));
+  EXPECT_EQ(trainer.num_updates(), 0);
+  expect_same_parameters(*reference, *model, 0.0);
+  try {
+    trainer.train_step({make_batch(3, 801)});
+    FAIL() << "the second non-finite update in a row must stop training";
+  } catch (const OperationalError& e) {
+    EXPECT_NE(std::string(e.what()).find("2 updates in a row had a non-finite gradient norm"), std::string::npos)
+        << e.what();
+  }
+}
+
 }  // namespace
 }  // namespace fairseq_cpp::trainer

@@ -10,6 +10,7 @@
 #include <fstream>
 #include <nlohmann/json.hpp>
 #include <random>
+#include <set>
 #include <thread>
 
 #include <fmt/format.h>
@@ -174,7 +175,7 @@ TEST_F(TrainingRun, FourByOneEqualsTwoByTwoEqualsOneByFour) {
 }
 
 TEST_F(TrainingRun, ResumeIsBitExact) {
-  // With dropout, mid-epoch (15 batches an epoch): 40 straight vs 20, stop, resume, 20 more.
+  // With dropout, mid-epoch (14 batches an epoch): 40 straight vs 20, stop, resume, 20 more.
   std::string straight = work_.path() + "/straight", resumed = work_.path() + "/resumed";
   auto rs = train(config(straight, 1, 1, 40, "", 0.1));
   ASSERT_EQ(rs.exit_code, 0) << rs.err;
@@ -202,6 +203,28 @@ TEST_F(TrainingRun, TwoWorkersCheckpointResumesWithOneWorkerAtTheSameBatch) {
   auto r2 = train(config(resumed, 1, 2, 20));
   ASSERT_EQ(r2.exit_code, 0) << r2.err;
   EXPECT_LT(max_relative_difference(parameters(straight), parameters(resumed)), 1e-5);
+}
+
+TEST_F(TrainingRun, CheckpointNamesAndRetentionFollowFairseq) {
+  // Update checkpoints every 5 updates except at an epoch's end (that one is checkpoint1.pt);
+  // keep_interval_updates=2 keeps the newest two; max_update 20 ends in epoch 2.
+  std::string dir = work_.path() + "/kept";
+  auto r = train(config(dir, 1, 1, 20, "  save_interval_updates: 5\n  keep_interval_updates: 2"),
+                 {"checkpoint.no_epoch_checkpoints=false"});
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  int64_t epoch_updates = updates_in(dir + "/checkpoint1.pt");
+  ASSERT_GT(epoch_updates, 5);
+  ASSERT_LT(epoch_updates, 20);
+  std::vector<std::string> update_checkpoints;
+  for (int64_t u = 5; u <= 20; u += 5)
+    if (u != epoch_updates)
+      update_checkpoints.push_back(fmt::format("checkpoint_{}_{}.pt", u < epoch_updates ? 1 : 2, u));
+  std::set<std::string> expected{"checkpoint1.pt", "checkpoint_best.pt", "checkpoint_last.pt"};
+  expected.insert(update_checkpoints.end() - 2, update_checkpoints.end());
+  std::set<std::string> names;
+  for (const auto& entry : fs::directory_iterator(dir)) names.insert(entry.path().filename().string());
+  EXPECT_EQ(names, expected);
+  EXPECT_EQ(updates_in(dir + "/checkpoint_last.pt"), 20);
 }
 
 // The worker pids of a spawning launcher, in rank order.

@@ -7,6 +7,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <cstring>
 #include <map>
@@ -168,14 +169,21 @@ int spawn_and_supervise(const Topology& t, const std::vector<std::string>& argv,
       drain(c, c.out_fd, c.out_partial, STDOUT_FILENO);
       drain(c, c.err_fd, c.err_partial, STDERR_FILENO);
     }
+    // Reap every worker that ended since the last poll. When several did, the one killed by a
+    // signal is the cause (its peers then fail on their collectives within milliseconds).
+    std::vector<Child*> ended;
     for (auto& c : children) {
       if (!c.running || waitpid(c.pid, &c.status, WNOHANG) != c.pid) continue;
       c.running = false;
       --running;
-      if (!failed(c) || !failure.empty()) continue;
-      if (forwarded != 0 && WIFEXITED(c.status)) continue;  // stopping on a signal: its own exit code
-      failure = describe_exit(c);
-      failure_code = WIFEXITED(c.status) ? WEXITSTATUS(c.status) : 1;
+      ended.push_back(&c);
+    }
+    std::stable_partition(ended.begin(), ended.end(), [](const Child* c) { return WIFSIGNALED(c->status); });
+    for (Child* c : ended) {
+      if (!failed(*c) || !failure.empty()) continue;
+      if (forwarded != 0 && WIFEXITED(c->status)) continue;  // stopping on a signal: its own exit code
+      failure = describe_exit(*c);
+      failure_code = WIFEXITED(c->status) ? WEXITSTATUS(c->status) : 1;
       if (running > 0) {
         log::error("launcher", "{}; stopping the other {} worker(s)", failure, running);
         for (auto& other : children)

@@ -1,6 +1,10 @@
 #include "fairseq_cpp/core/runtime.h"
 
 #include <sched.h>
+#include <unistd.h>
+
+#include <cstdlib>
+#include <vector>
 
 #include <algorithm>
 #include <fstream>
@@ -28,6 +32,15 @@ std::string loaded_blas_library() {
 }
 
 }  // namespace
+
+void reexec_with_passive_openmp(int argc, char** argv) {
+  if (std::getenv("OMP_WAIT_POLICY") != nullptr) return;
+  setenv("OMP_WAIT_POLICY", "PASSIVE", 1);
+  std::vector<char*> args(argv, argv + argc);
+  args.push_back(nullptr);
+  execv("/proc/self/exe", args.data());
+  // exec failed: carry on with the busy-waiting default.
+}
 
 int available_cores() {
   cpu_set_t set;

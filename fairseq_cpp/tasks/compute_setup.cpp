@@ -21,7 +21,8 @@ int local_processes_hint(const config::Config& cfg) {
 
 int setup_compute(const config::Config& cfg) {
   int threads = core::configure_cpu_threads(static_cast<int>(cfg.common.cpu_threads), local_processes_hint(cfg));
-  log::info("runtime", "{} intra-op CPU threads", threads);
+  const char* wait_policy = std::getenv("OMP_WAIT_POLICY");
+  log::info("runtime", "{} intra-op CPU threads, OMP_WAIT_POLICY={}", threads, wait_policy ? wait_policy : "unset");
   core::warn_if_slow_blas();
   return threads;
 }

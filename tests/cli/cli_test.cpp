@@ -155,7 +155,16 @@ TEST(Cli, WarnsOnTheSlowReferenceBlas) {
   EXPECT_NE(slow.err.find("apt-get install libopenblas0-pthread"), std::string::npos) << slow.err;
   auto fast = run({program("fairseq-cpp-train"), "common.cpu_threads=1"});
   EXPECT_EQ(fast.err.find("slow reference BLAS"), std::string::npos) << fast.err;
-  EXPECT_NE(fast.err.find("[runtime] 1 intra-op CPU threads"), std::string::npos) << fast.err;
+  EXPECT_NE(fast.err.find("[runtime] 1 intra-op CPU threads, OMP_WAIT_POLICY=PASSIVE"), std::string::npos) << fast.err;
+}
+
+// Idle OpenMP threads must not spin against OpenBLAS's: computing programs re-execute themselves
+// with OMP_WAIT_POLICY=PASSIVE unless the user chose a policy.
+TEST(Cli, OpenMpWaitsPassivelyUnlessTheUserSaysOtherwise) {
+  auto r = run({program("fairseq-cpp-train"), "common.cpu_threads=1"}, {{"OMP_WAIT_POLICY", ""}});
+  EXPECT_NE(r.err.find("OMP_WAIT_POLICY=PASSIVE"), std::string::npos) << r.err;
+  r = run({program("fairseq-cpp-train"), "common.cpu_threads=1"}, {{"OMP_WAIT_POLICY", "ACTIVE"}});
+  EXPECT_NE(r.err.find("OMP_WAIT_POLICY=ACTIVE"), std::string::npos) << r.err;
 }
 
 }  // namespace

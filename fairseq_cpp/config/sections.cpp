@@ -250,9 +250,22 @@ void describe(PreprocessConfig& c, Section& s) {
   s.add("spm_character_coverage", &c.spm_character_coverage, "SentencePiece character coverage").in_range(0, 1);
 }
 
+void describe(InteractiveConfig& c, Section& s) {
+  s.add("buffer_size", &c.buffer_size, "read this many sentences before translating them as a batch").greater_than(0);
+  s.add("input", &c.input, "file to translate (- or /dev/stdin = standard input)");
+  s.add("sentencepiece_model", &c.sentencepiece_model,
+        "SentencePiece model that encodes raw input (empty = DATA/spm.model)");
+}
+
+void describe(ScoringConfig& c, Section& s) {
+  s.add("sys", &c.sys, "hypothesis file, one sentence per line (/dev/stdin = standard input)");
+  s.add("ref", &c.ref, "reference file, one sentence per line");
+  s.add("metric", &c.metric, "comma-separated metrics: bleu, chrf");
+}
+
 std::vector<Section> describe(Config& cfg) {
   std::vector<Section> sections;
-  sections.reserve(13);
+  sections.reserve(15);
   sections.emplace_back("common", "logging, seeds, threads and precision");
   describe(cfg.common, sections.back());
   sections.emplace_back("common_eval", "the checkpoint to evaluate and how to print its output");
@@ -279,6 +292,10 @@ std::vector<Section> describe(Config& cfg) {
   describe(cfg.generation, sections.back());
   sections.emplace_back("preprocess", "fairseq-preprocess: dictionaries, binarized data, SentencePiece");
   describe(cfg.preprocess, sections.back());
+  sections.emplace_back("interactive", "fairseq-interactive: input and SentencePiece model for raw text");
+  describe(cfg.interactive, sections.back());
+  sections.emplace_back("scoring", "fairseq-score: hypothesis and reference files, metrics");
+  describe(cfg.scoring, sections.back());
   return sections;
 }
 

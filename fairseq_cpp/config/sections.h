@@ -261,6 +261,23 @@ struct PreprocessConfig {
 };
 void describe(PreprocessConfig& c, Section& s);
 
+// `interactive`: fairseq-interactive's input (fairseq's InteractiveConfig) and the SentencePiece
+// model that encodes raw text when the data-bin has none (fairseq's --sentencepiece-model).
+struct InteractiveConfig {
+  int64_t buffer_size = 1;          // sentences read before translating them as a batch
+  std::string input = "-";          // file to translate; "-" = standard input
+  std::string sentencepiece_model;  // SentencePiece model for raw text; empty = DATA/spm.model
+};
+void describe(InteractiveConfig& c, Section& s);
+
+// `scoring`: fairseq-score's files and the metrics to compute.
+struct ScoringConfig {
+  std::string sys;                   // hypothesis file, one sentence per line (/dev/stdin: standard input)
+  std::string ref;                   // reference file, one sentence per line
+  std::string metric = "bleu,chrf";  // comma-separated metrics: bleu, chrf
+};
+void describe(ScoringConfig& c, Section& s);
+
 // The whole configuration; one member per YAML section, named as the section.
 struct Config {
   CommonConfig common;
@@ -276,6 +293,8 @@ struct Config {
   CheckpointConfig checkpoint;
   GenerationConfig generation;
   PreprocessConfig preprocess;
+  InteractiveConfig interactive;
+  ScoringConfig scoring;
 };
 
 // Every section of `cfg`, bound to its members, in the order of Config's members.

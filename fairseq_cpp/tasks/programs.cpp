@@ -50,7 +50,7 @@ const config::ProgramSpec& interactive_spec() {
       "fairseq-cpp-interactive",
       "fairseq-cpp-interactive DATA --path CHECKPOINT [--beam 5] [--flag value ...] < input.txt",
       "Translate raw text from standard input line by line (fairseq-interactive).",
-      {"common", "common_eval", "task", "generation"},
+      {"common", "common_eval", "dataset", "task", "generation", "interactive"},
       "task.data",
       {},
       {}};
@@ -61,10 +61,10 @@ const config::ProgramSpec& eval_spec() {
   static const config::ProgramSpec spec{
       "fairseq-cpp-eval",
       "fairseq-cpp-eval validate DATA --path CHECKPOINT [--valid-subset valid] [--max-tokens N]\n"
-      "       fairseq-cpp-eval score [--flag value ...]",
+      "       fairseq-cpp-eval score --sys HYP --ref REF [--metric bleu,chrf]",
       "Evaluate: the loss and perplexity of a checkpoint on a split (fairseq-validate), or BLEU/chrF\n"
       "of a hypothesis file (fairseq-score).",
-      {"common", "common_eval", "dataset", "task", "criterion"},
+      {"common", "common_eval", "dataset", "task", "criterion", "scoring"},
       "task.data",
       {},
       {{"validate", "loss/nll/perplexity of a checkpoint on a split"},

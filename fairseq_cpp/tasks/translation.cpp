@@ -22,6 +22,7 @@
 #include "fairseq_cpp/data/language_pair_dataset.h"
 #include "fairseq_cpp/distributed/distributed_utils.h"
 #include "fairseq_cpp/models/transformer.h"
+#include "fairseq_cpp/tasks/translation_setup.h"
 #include "fairseq_cpp/trainer/trainer.h"
 #include "fairseq_cpp/trainer/training_state.h"
 
@@ -33,23 +34,10 @@ std::atomic<int> g_stop_signal{0};
 
 void on_stop_signal(int signo) { g_stop_signal.store(signo); }
 
-// "<split>.<src>-<tgt>.<src>.idx" in `dir` -> {src, tgt}; an error unless exactly one pair exists.
+// The languages: the config's, else the data-bin's file names.
 std::pair<std::string, std::string> language_pair(const config::TaskConfig& task, const std::string& split) {
   if (!task.source_lang.empty() && !task.target_lang.empty()) return {task.source_lang, task.target_lang};
-  std::regex pattern(split + R"(\.([^.\-]+)-([^.\-]+)\.([^.\-]+)\.idx)");
-  std::vector<std::pair<std::string, std::string>> found;
-  std::error_code ec;
-  for (const auto& entry : fs::directory_iterator(task.data, ec)) {
-    std::smatch m;
-    std::string name = entry.path().filename().string();
-    if (std::regex_match(name, m, pattern) && m[3] == m[1]) found.emplace_back(m[1], m[2]);
-  }
-  if (found.size() != 1)
-    raise<UserError>(
-        "cannot infer the languages from {} ({} candidates for split `{}`); set task.source_lang and "
-        "task.target_lang.",
-        task.data, found.size(), split);
-  return found.front();
+  return infer_languages(task.data, split);
 }
 
 // The running averages behind one progress line (fairseq's train_inner / train / valid meters).

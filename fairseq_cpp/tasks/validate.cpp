@@ -13,6 +13,7 @@
 #include "fairseq_cpp/core/logging.h"
 #include "fairseq_cpp/data/dictionary.h"
 #include "fairseq_cpp/data/language_pair_dataset.h"
+#include "fairseq_cpp/tasks/translation_setup.h"
 
 namespace fairseq_cpp::tasks {
 namespace fs = std::filesystem;
@@ -28,25 +29,6 @@ std::vector<std::string> split_commas(const std::string& text) {
     start = end + 1;
   }
   return out;
-}
-
-// "<split>.<src>-<tgt>.<src>.idx" in `dir` -> {src, tgt}; an error unless exactly one pair exists.
-std::pair<std::string, std::string> infer_languages(const std::string& dir, const std::string& split) {
-  std::regex pattern(split + R"(\.([^.\-]+)-([^.\-]+)\.([^.\-]+)\.idx)");
-  std::vector<std::pair<std::string, std::string>> found;
-  std::error_code ec;
-  for (const auto& entry : fs::directory_iterator(dir, ec)) {
-    std::smatch m;
-    std::string name = entry.path().filename().string();
-    if (std::regex_match(name, m, pattern) && m[3] == m[1]) found.emplace_back(m[1], m[2]);
-  }
-  if (found.size() != 1) {
-    raise<UserError>(
-        "cannot infer the languages from {} ({} candidates for split `{}`); set --source-lang and "
-        "--target-lang",
-        dir, found.size(), split);
-  }
-  return found.front();
 }
 
 }  // namespace

@@ -1,0 +1,296 @@
+#include "fairseq_cpp/generation/sequence_generator.h"
+
+#include <algorithm>
+#include <cmath>
+#include <limits>
+#include <map>
+
+#include <torch/torch.h>
+
+#include "fairseq_cpp/core/errors.h"
+#include "fairseq_cpp/generation/search.h"
+
+namespace fairseq_cpp::generation {
+namespace {
+
+constexpr float kNegInf = -std::numeric_limits<float>::infinity();
+
+// fairseq's no_repeat_ngram blocking: for each row of tokens (N, step + 1), the words that would
+// complete an n-gram already present in the row get -inf.
+void block_repeated_ngrams(const at::Tensor& tokens, int64_t step, int64_t n, at::Tensor& lprobs) {
+  if (step + 2 - n < 0) return;
+  at::Tensor cpu = tokens.narrow(1, 0, step + 1).to(torch::kCPU).contiguous();
+  auto rows = cpu.accessor<int64_t, 2>();
+  std::vector<int64_t> banned_rows;
+  std::vector<int64_t> banned_words;
+  for (int64_t r = 0; r < cpu.size(0); ++r) {
+    const int64_t* row = &rows[r][0];
+    const int64_t* key = row + step + 2 - n;  // the last n - 1 tokens
+    for (int64_t start = 0; start + n <= step + 1; ++start) {
+      if (std::equal(key, key + n - 1, row + start)) {
+        banned_rows.push_back(r);
+        banned_words.push_back(row[start + n - 1]);
+      }
+    }
+  }
+  if (banned_rows.empty()) return;
+  at::Tensor r = torch::tensor(banned_rows, torch::kInt64).to(lprobs.device());
+  at::Tensor w = torch::tensor(banned_words, torch::kInt64).to(lprobs.device());
+  lprobs.index_put_({r, w}, kNegInf);
+}
+
+}  // namespace
+
+GeneratorOptions generator_options(const config::GenerationConfig& g, uint64_t seed) {
+  GeneratorOptions o;
+  o.beam = g.beam;
+  o.max_len_a = g.max_len_a;
+  o.max_len_b = g.max_len_b;
+  o.min_len = g.min_len;
+  o.normalize_scores = !g.unnormalized;
+  o.lenpen = g.lenpen;
+  o.unkpen = g.unkpen;
+  o.no_repeat_ngram_size = g.no_repeat_ngram_size;
+  o.temperature = g.temperature;
+  o.sampling = g.sampling;
+  o.sampling_topk = g.sampling_topk;
+  o.sampling_topp = g.sampling_topp;
+  o.seed = seed;
+  return o;
+}
+
+SequenceGenerator::SequenceGenerator(const GeneratorOptions& options, const Vocabulary& vocabulary)
+    : options_(options), vocab_(vocabulary) {
+  if (vocab_.size < 2)
+    raise<UserError>("the target vocabulary has {} entries; generation needs at least 2", vocab_.size);
+  options_.beam = std::min(options_.beam, vocab_.size - 1);  // pad is never selected
+  if (options_.beam <= 0) raise<UserError>("`beam` must be greater than 0, but is {} instead.", options.beam);
+  if (!options_.sampling && (options_.sampling_topk > 0 || options_.sampling_topp > 0)) {
+    raise<UserError>("--sampling-topk and --sampling-topp require --sampling");
+  }
+  if (options_.temperature <= 0) {
+    raise<UserError>("`temperature` must be greater than 0, but is {} instead.", options_.temperature);
+  }
+}
+
+std::vector<std::vector<Hypothesis>> SequenceGenerator::generate(models::EncoderDecoderModel& model,
+                                                                 const at::Tensor& src_tokens,
+                                                                 const at::Tensor& src_lengths,
+                                                                 const at::Tensor& prefix_tokens_in) {
+  c10::InferenceMode inference;
+  model.eval();
+  const int64_t beam = options_.beam;
+  const int64_t vocab = vocab_.size;
+  const int64_t eos = vocab_.eos, pad = vocab_.pad;
+  int64_t bsz = src_tokens.size(0);
+  const int64_t max_len = std::min(static_cast<int64_t>(options_.max_len_a * static_cast<double>(src_tokens.size(1)) +
+                                                        static_cast<double>(options_.max_len_b)),
+                                   model.max_target_positions() - 1);
+  const auto device = src_tokens.device();
+  const auto long_options = torch::TensorOptions().dtype(torch::kInt64).device(device);
+
+  at::Generator rng;
+  if (options_.sampling) rng = at::detail::createCPUGenerator(options_.seed);
+
+  // Encode once. Step 0 decodes one row per sentence (its K hypotheses are all "</s>"), so the
+  // cross-attention keys/values are projected for B rows, not B * K; step 1 expands every cache
+  // and the encoder states to K rows per sentence.
+  models::EncoderOut encoder_out = model.encode(src_tokens, src_lengths);
+  models::IncrementalState state;
+  bool one_row_per_sentence = true;
+
+  at::Tensor scores =
+      torch::zeros({bsz * beam, max_len + 1}, torch::TensorOptions().dtype(torch::kFloat32).device(device));
+  at::Tensor tokens = torch::full({bsz * beam, max_len + 2}, pad, long_options);
+  tokens.select(1, 0).fill_(eos);
+  at::Tensor blacklist = torch::zeros({bsz, beam}, torch::TensorOptions().dtype(torch::kBool).device(device));
+  at::Tensor prefix_tokens = prefix_tokens_in;
+
+  std::vector<std::vector<Hypothesis>> finalized(static_cast<size_t>(bsz));
+  std::vector<bool> finished(static_cast<size_t>(bsz), false);
+  int64_t num_remaining = bsz;
+
+  // Finalizes the hypotheses `bbsz_idx` (rows of tokens/scores) that end with </s> at `step`,
+  // preferring earlier ones; returns the batch rows (unfinished numbering) of sentences now done.
+  auto finalize_hypos = [&](int64_t step, const at::Tensor& bbsz_idx, at::Tensor eos_scores) {
+    at::Tensor hyp_tokens = tokens.index_select(0, bbsz_idx).narrow(1, 1, step + 1).clone();
+    hyp_tokens.select(1, step).fill_(eos);
+    at::Tensor pos = scores.index_select(0, bbsz_idx).narrow(1, 0, step + 1).clone();
+    pos.select(1, step).copy_(eos_scores);
+    if (step > 0) pos.narrow(1, 1, step).copy_(pos.narrow(1, 1, step) - pos.narrow(1, 0, step));
+    if (options_.normalize_scores) eos_scores = eos_scores / std::pow(static_cast<double>(step + 1), options_.lenpen);
+
+    at::Tensor idx_cpu = bbsz_idx.to(torch::kCPU).contiguous();
+    at::Tensor score_cpu = eos_scores.to(torch::kCPU).contiguous();
+    at::Tensor tok_cpu = hyp_tokens.to(torch::kCPU).contiguous();
+    at::Tensor pos_cpu = pos.to(torch::kCPU).contiguous();
+    // Unfinished row -> sentence: sentences already finished were dropped from the batch.
+    std::vector<int64_t> cum_unfin;
+    int64_t prev = 0;
+    for (bool f : finished) {
+      if (f) {
+        ++prev;
+      } else {
+        cum_unfin.push_back(prev);
+      }
+    }
+    std::map<int64_t, int64_t> seen;  // sentence -> unfinished row
+    const int64_t* idx = idx_cpu.data_ptr<int64_t>();
+    for (int64_t i = 0; i < idx_cpu.numel(); ++i) {
+      const int64_t unfin = idx[i] / beam;
+      const int64_t sent = unfin + cum_unfin[static_cast<size_t>(unfin)];
+      seen.emplace(sent, unfin);
+      auto& list = finalized[static_cast<size_t>(sent)];
+      if (static_cast<int64_t>(list.size()) < beam) {
+        Hypothesis h;
+        const int64_t* t = tok_cpu.data_ptr<int64_t>() + i * (step + 1);
+        const float* p = pos_cpu.data_ptr<float>() + i * (step + 1);
+        h.tokens.assign(t, t + step + 1);
+        h.positional_scores.assign(p, p + step + 1);
+        h.score = score_cpu.data_ptr<float>()[i];
+        list.push_back(std::move(h));
+      }
+    }
+    std::vector<int64_t> newly_finished;
+    for (const auto& [sent, unfin] : seen) {
+      auto s = static_cast<size_t>(sent);
+      if (!finished[s] && (static_cast<int64_t>(finalized[s].size()) == beam || step == max_len)) {
+        finished[s] = true;
+        newly_finished.push_back(unfin);
+      }
+    }
+    return newly_finished;
+  };
+
+  at::Tensor reorder_state;
+  at::Tensor batch_idxs;
+  for (int64_t step = 0; step <= max_len; ++step) {  // one extra step for </s>
+    if (reorder_state.defined()) {
+      at::Tensor kept_rows;
+      if (batch_idxs.defined()) {
+        // Rows of removed sentences are gone: shift each kept sentence's beam indices.
+        at::Tensor corr = batch_idxs - torch::arange(batch_idxs.numel(), long_options);
+        reorder_state = (reorder_state.view({-1, beam}) + corr.unsqueeze(-1) * beam).view(-1);
+        // (B') -> (B' * K): the old rows of the kept sentences.
+        kept_rows = (batch_idxs.unsqueeze(1) * beam + torch::arange(beam, long_options).unsqueeze(0)).view(-1);
+      }
+      if (one_row_per_sentence) {
+        // Old row r of the B * K numbering is cache row r / K.
+        at::Tensor encoder_rows = kept_rows.defined() ? kept_rows : torch::arange(bsz * beam, long_options);
+        encoder_rows = encoder_rows.div(beam, "floor");
+        at::Tensor self_rows = reorder_state.div(beam, "floor");
+        for (auto& layer : state.layers) {
+          layer.self_attn.reorder(self_rows);
+          layer.encoder_attn.reorder(encoder_rows);
+        }
+        encoder_out = models::EncoderDecoderModel::reorder_encoder_out(encoder_out, encoder_rows);
+        one_row_per_sentence = false;
+      } else {
+        // The K rows of a sentence share its encoder states, so a reordering within sentences
+        // leaves encoder-side data unchanged: it is only subset when sentences leave the batch
+        // (fairseq reorders it every step; the values are the same).
+        for (auto& layer : state.layers) {
+          layer.self_attn.reorder(reorder_state);
+          if (kept_rows.defined()) layer.encoder_attn.reorder(kept_rows);
+        }
+        if (kept_rows.defined()) encoder_out = models::EncoderDecoderModel::reorder_encoder_out(encoder_out, kept_rows);
+      }
+    }
+    at::Tensor lprobs;  // (N, V), N = B * K
+    if (one_row_per_sentence) {
+      at::Tensor first = tokens.narrow(1, 0, 1).index_select(0, torch::arange(bsz, long_options) * beam);  // (B, 1)
+      at::Tensor logits = model.decode_step(first, encoder_out, state);                                    // (B, 1, V)
+      if (options_.temperature != 1.0) logits = logits / options_.temperature;
+      // (B, 1, V) -> (B, V) -> (B * K, V)
+      lprobs = models::EncoderDecoderModel::log_probs(logits).view({bsz, vocab}).repeat_interleave(beam, 0);
+    } else {
+      at::Tensor logits = model.decode_step(tokens.narrow(1, 0, step + 1), encoder_out, state);  // (N, 1, V)
+      if (options_.temperature != 1.0) logits = logits / options_.temperature;
+      lprobs = models::EncoderDecoderModel::log_probs(logits).view({-1, vocab});  // (N, 1, V) -> (N, V)
+    }
+
+    lprobs.select(1, pad).fill_(kNegInf);
+    if (options_.unkpen != 0) lprobs.select(1, vocab_.unk).sub_(options_.unkpen);
+    if (step >= max_len) {
+      lprobs.narrow(1, 0, eos).fill_(kNegInf);
+      lprobs.narrow(1, eos + 1, vocab - eos - 1).fill_(kNegInf);
+    }
+    if (prefix_tokens.defined() && step < prefix_tokens.size(1) && step < max_len) {
+      at::Tensor forced = prefix_tokens.select(1, step).repeat_interleave(beam).unsqueeze(-1);  // (N, 1)
+      at::Tensor forced_lprobs = lprobs.gather(1, forced);
+      at::Tensor only_forced = torch::full_like(lprobs, kNegInf).scatter(1, forced, forced_lprobs);
+      lprobs = torch::where(forced.ne(pad), only_forced, lprobs);
+    } else if (step < options_.min_len) {
+      lprobs.select(1, eos).fill_(kNegInf);
+    }
+    if (options_.no_repeat_ngram_size > 0) block_repeated_ngrams(tokens, step, options_.no_repeat_ngram_size, lprobs);
+
+    at::Tensor cumulative = step > 0 ? scores.select(1, step - 1).view({bsz, beam}) : at::Tensor();
+    at::Tensor lprobs3 = lprobs.view({bsz, beam, vocab});
+    Candidates cand = options_.sampling ? sampling_step(step, lprobs3, cumulative,
+                                                        {options_.sampling_topk, options_.sampling_topp}, rng)
+                                        : beam_search_step(step, lprobs3, cumulative);
+    const int64_t cand_size = cand.scores.size(1);
+    at::Tensor bbsz_offsets = (torch::arange(bsz, long_options) * beam).unsqueeze(1);
+    at::Tensor cand_bbsz_idx = cand.beams + bbsz_offsets;
+
+    // Candidates ending in </s> among the top `beam` finalize (unless blacklisted or -inf).
+    at::Tensor eos_mask = cand.tokens.eq(eos) & cand.scores.ne(kNegInf);
+    eos_mask.narrow(1, 0, beam).masked_fill_(blacklist, false);
+    at::Tensor top_eos = eos_mask.narrow(1, 0, beam);
+    at::Tensor eos_bbsz_idx = cand_bbsz_idx.narrow(1, 0, beam).masked_select(top_eos);
+    std::vector<int64_t> finalized_sents;
+    if (eos_bbsz_idx.numel() > 0) {
+      at::Tensor eos_scores = cand.scores.narrow(1, 0, beam).masked_select(top_eos);
+      finalized_sents = finalize_hypos(step, eos_bbsz_idx, eos_scores);
+      num_remaining -= static_cast<int64_t>(finalized_sents.size());
+    }
+    if (num_remaining == 0) break;
+    if (step >= max_len) raise<OperationalError>("beam search: sentences unfinished at the maximum length");
+
+    if (!finalized_sents.empty()) {
+      const int64_t new_bsz = bsz - static_cast<int64_t>(finalized_sents.size());
+      at::Tensor batch_mask = torch::ones({bsz}, torch::TensorOptions().dtype(torch::kBool).device(device));
+      batch_mask.index_fill_(0, torch::tensor(finalized_sents, torch::kInt64).to(device), false);
+      batch_idxs = batch_mask.nonzero().squeeze(-1);
+      eos_mask = eos_mask.index_select(0, batch_idxs);
+      cand.beams = cand.beams.index_select(0, batch_idxs);
+      bbsz_offsets = (torch::arange(new_bsz, long_options) * beam).unsqueeze(1);
+      cand_bbsz_idx = cand.beams + bbsz_offsets;
+      cand.scores = cand.scores.index_select(0, batch_idxs);
+      cand.tokens = cand.tokens.index_select(0, batch_idxs);
+      if (prefix_tokens.defined()) prefix_tokens = prefix_tokens.index_select(0, batch_idxs);
+      blacklist = blacklist.index_select(0, batch_idxs);
+      // (B * K, L) -> (B, K * L), keep rows -> (B' * K, L)
+      scores = scores.view({bsz, -1}).index_select(0, batch_idxs).view({new_bsz * beam, -1});
+      tokens = tokens.view({bsz, -1}).index_select(0, batch_idxs).view({new_bsz * beam, -1});
+      bsz = new_bsz;
+    } else {
+      batch_idxs = at::Tensor();
+    }
+
+    // The `beam` best candidates that did not finalize continue: finalized or blacklisted ones
+    // sort after every active one.
+    eos_mask.narrow(1, 0, beam).logical_or_(blacklist);
+    at::Tensor active_mask =
+        eos_mask.to(torch::kInt64) * cand_size + torch::arange(cand_size, long_options).unsqueeze(0);
+    auto [new_blacklist, active_hypos] = active_mask.topk(beam, 1, /*largest=*/false);
+    blacklist = new_blacklist.ge(cand_size).narrow(1, 0, beam);
+    at::Tensor active_bbsz_idx = cand_bbsz_idx.gather(1, active_hypos).view(-1);
+    at::Tensor active_scores = cand.scores.gather(1, active_hypos).view(-1);
+
+    tokens = tokens.index_select(0, active_bbsz_idx);
+    tokens.select(1, step + 1).copy_(cand.tokens.gather(1, active_hypos).view(-1));
+    scores = scores.index_select(0, active_bbsz_idx);
+    scores.select(1, step).copy_(active_scores);
+    reorder_state = active_bbsz_idx;
+  }
+
+  for (auto& list : finalized) {
+    std::stable_sort(list.begin(), list.end(),
+                     [](const Hypothesis& a, const Hypothesis& b) { return a.score > b.score; });
+  }
+  return finalized;
+}
+
+}  // namespace fairseq_cpp::generation

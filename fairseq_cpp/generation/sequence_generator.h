@@ -1,0 +1,70 @@
+#pragma once
+// fairseq v0.9's SequenceGenerator: batched beam search (or sampling) with the decoder's
+// incremental cache. Encodes once, decodes one step at a time, reorders the cache by beam origin,
+// and finalizes a hypothesis when it ends in </s>; a sentence is done with `beam` finished ones.
+//
+//   SequenceGenerator gen(options, {pad, eos, unk, vocab_size});
+//   auto hypos = gen.generate(model, batch.src_tokens, batch.src_lengths);
+//   hypos[0][0].tokens   // best hypothesis of the batch's first sentence, ending in </s>
+
+#include <cstdint>
+#include <vector>
+
+#include <ATen/Tensor.h>
+
+#include "fairseq_cpp/config/sections.h"
+#include "fairseq_cpp/models/encoder_decoder.h"
+
+namespace fairseq_cpp::generation {
+
+struct GeneratorOptions {
+  int64_t beam = 5;                  // beam width (at most vocab_size - 1)
+  double max_len_a = 0.0;            // longest output = min(a * source length + b, max positions - 1)
+  int64_t max_len_b = 200;           // see max_len_a
+  int64_t min_len = 1;               // </s> is masked before this many tokens
+  bool normalize_scores = true;      // divide a hypothesis' score by length^lenpen
+  double lenpen = 1.0;               // length penalty exponent: < 1 favours shorter, > 1 longer outputs
+  double unkpen = 0.0;               // subtracted from <unk>'s log-probability at every step
+  int64_t no_repeat_ngram_size = 0;  // never repeat an n-gram of this size; 0 = off
+  double temperature = 1.0;          // logits are divided by it
+  bool sampling = false;             // sample instead of beam search
+  int64_t sampling_topk = -1;        // sample among the K most likely words; -1 = all
+  double sampling_topp = -1.0;       // sample from the smallest set with this mass; < 0 = off
+  uint64_t seed = 1;                 // sampling's random stream
+};
+
+// The generation keys of the config as the generator's options.
+GeneratorOptions generator_options(const config::GenerationConfig& generation, uint64_t seed);
+
+struct Vocabulary {
+  int64_t pad = 1;
+  int64_t eos = 2;
+  int64_t unk = 3;
+  int64_t size = 0;  // target vocabulary size V
+};
+
+struct Hypothesis {
+  std::vector<int64_t> tokens;           // the output, ending in </s>
+  float score = 0;                       // sum of log-probabilities / length^lenpen
+  std::vector<float> positional_scores;  // log-probability of each token (one per token)
+};
+
+class SequenceGenerator {
+ public:
+  SequenceGenerator(const GeneratorOptions& options, const Vocabulary& vocabulary);
+
+  // src_tokens (B, S) as collated (left-padded), src_lengths (B); prefix_tokens (B, P) forces each
+  // output's first P tokens (undefined = none). Returns per sentence up to `beam` hypotheses,
+  // best first. `model` is put in eval mode; runs without autograd.
+  std::vector<std::vector<Hypothesis>> generate(models::EncoderDecoderModel& model, const at::Tensor& src_tokens,
+                                                const at::Tensor& src_lengths,
+                                                const at::Tensor& prefix_tokens = at::Tensor());
+
+  const GeneratorOptions& options() const { return options_; }
+
+ private:
+  GeneratorOptions options_;
+  Vocabulary vocab_;
+};
+
+}  // namespace fairseq_cpp::generation

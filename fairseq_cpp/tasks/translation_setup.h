@@ -1,0 +1,39 @@
+#pragma once
+// What the programs that run a trained translation model share: the languages (command line, else
+// the checkpoint's config, else the data file names), the data-bin's dictionaries and the model
+// loaded from `common_eval.path` onto the CPU or the first GPU.
+//
+//   Translation t = load_translation(cfg, "test");
+//   t.model->encode(...); t.tgt_dict.symbol(id);
+
+#include <memory>
+#include <string>
+#include <utility>
+
+#include <c10/core/Device.h>
+
+#include "fairseq_cpp/config/sections.h"
+#include "fairseq_cpp/data/dictionary.h"
+#include "fairseq_cpp/models/transformer.h"
+
+namespace fairseq_cpp::tasks {
+
+struct Translation {
+  std::string data_dir;
+  std::string src_lang;
+  std::string tgt_lang;
+  data::Dictionary src_dict;
+  data::Dictionary tgt_dict;
+  config::Config trained;                           // the config stored with the model
+  std::shared_ptr<models::TransformerModel> model;  // in eval mode on `device`
+  c10::Device device = c10::Device(c10::kCPU);
+};
+
+// "<split>.<src>-<tgt>.<src>.idx" in `dir` -> {src, tgt}; a UserError unless exactly one pair exists.
+std::pair<std::string, std::string> infer_languages(const std::string& dir, const std::string& split);
+
+// Checks `task.data` and `common_eval.path` (UserError naming what is missing), then loads. `split`
+// names the data files that reveal the languages when neither the flags nor the checkpoint do.
+Translation load_translation(const config::Config& cli, const std::string& split);
+
+}  // namespace fairseq_cpp::tasks

@@ -1,0 +1,218 @@
+// fairseq-cpp-eval score, fairseq-cpp-generate and fairseq-cpp-interactive as programs, against
+// the fairseq v0.9 fixture (../shared/fixtures/fairseq-v0.9/README.md) and Python's `re` running
+// sacreBLEU's 13a rules.
+#include <gtest/gtest.h>
+
+#include <filesystem>
+#include <fstream>
+#include <regex>
+#include <sstream>
+
+#include "fairseq_cpp/generation/sacrebleu.h"
+#include "tests/support/test_support.h"
+
+namespace fairseq_cpp {
+namespace {
+namespace fs = std::filesystem;
+
+std::string shared_dir() { return testing::source_dir() + "/../shared"; }
+
+std::string fixture(const std::string& name) {
+  std::string path = shared_dir() + "/fixtures/fairseq-v0.9/" + name;
+  if (!fs::exists(path)) ADD_FAILURE() << "fixture missing: " << path << " (see the project's shared data)";
+  return path;
+}
+
+int count_lines(const std::string& text, const std::string& prefix) {
+  int n = 0;
+  std::istringstream in(text);
+  for (std::string line; std::getline(in, line);) n += line.rfind(prefix, 0) == 0;
+  return n;
+}
+
+// The multi30k German test references, gunzipped once.
+class ScoreProgram : public ::testing::Test {
+ protected:
+  static void SetUpTestSuite() {
+    dir_ = new testing::TempDir();
+    ref_ = dir_->path() + "/test_2016_flickr.de";
+    auto r = testing::run(
+        {"/bin/sh", "-c", "gzip -dc '" + shared_dir() + "/data/multi30k/test_2016_flickr.de.gz' > '" + ref_ + "'"});
+    gunzip_status_ = r.exit_code;
+  }
+  static void TearDownTestSuite() {
+    delete dir_;
+    dir_ = nullptr;
+  }
+  void SetUp() override { ASSERT_EQ(gunzip_status_, 0) << "cannot gunzip the multi30k test references"; }
+  static testing::TempDir* dir_;
+  static std::string ref_;
+  static int gunzip_status_;
+};
+testing::TempDir* ScoreProgram::dir_ = nullptr;
+std::string ScoreProgram::ref_;
+int ScoreProgram::gunzip_status_ = -1;
+
+TEST_F(ScoreProgram, ReproducesSacrebleusFiguresOnTheFixture) {
+  auto r =
+      testing::run({testing::program("fairseq-cpp-eval"), "score", "--sys", fixture("test.hyp.de"), "--ref", ref_});
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  // The fixture README: sacreBLEU 2.5.1's output for these files.
+  EXPECT_EQ(r.out,
+            "BLEU|nrefs:1|case:mixed|eff:no|tok:13a|smooth:exp|version:2.5.1 = 30.24 61.1/36.4/23.9/15.7 (BP = 1.000 "
+            "ratio = 1.016 hyp_len = 12302 ref_len = 12106)\n"
+            "chrF2|nrefs:1|case:mixed|eff:yes|nc:6|nw:0|space:no|version:2.5.1 = 54.43\n");
+  auto chrf = testing::run({testing::program("fairseq-cpp-eval"), "score", "--sys", fixture("test.hyp.de"), "--ref",
+                            ref_, "--metric", "chrf"});
+  ASSERT_EQ(chrf.exit_code, 0) << chrf.err;
+  EXPECT_EQ(count_lines(chrf.out, "chrF2|"), 1);
+  EXPECT_EQ(count_lines(chrf.out, "BLEU|"), 0);
+  // The hypotheses from standard input.
+  auto piped = testing::run({testing::program("fairseq-cpp-eval"), "score", "--sys", "/dev/stdin", "--ref", ref_}, {},
+                            testing::read_file(fixture("test.hyp.de")));
+  ASSERT_EQ(piped.exit_code, 0) << piped.err;
+  EXPECT_EQ(piped.out, r.out);
+}
+
+TEST_F(ScoreProgram, BadInputIsAOneLineUserError) {
+  testing::TempDir tmp;
+  const std::string two = tmp.write("two.txt", "a\nb\n");
+  const std::string three = tmp.write("three.txt", "a\nb\nc\n");
+  auto r = testing::run({testing::program("fairseq-cpp-eval"), "score", "--sys", two, "--ref", three});
+  EXPECT_EQ(r.exit_code, 2);
+  EXPECT_NE(r.err.find("has 2 lines but"), std::string::npos) << r.err;
+  EXPECT_EQ(count_lines(r.err, ""), 1) << r.err;
+  auto metric =
+      testing::run({testing::program("fairseq-cpp-eval"), "score", "--sys", two, "--ref", two, "--metric", "ter"});
+  EXPECT_EQ(metric.exit_code, 2);
+  EXPECT_NE(metric.err.find("unknown metric `ter`"), std::string::npos) << metric.err;
+  auto flag =
+      testing::run({testing::program("fairseq-cpp-eval"), "score", "--sys", two, "--ref", two, "--bleu-order", "3"});
+  EXPECT_EQ(flag.exit_code, 2);
+  EXPECT_NE(flag.err.find("bleu-order"), std::string::npos) << flag.err;
+}
+
+// Our 13a tokenizer against sacreBLEU's own regular expressions run by Python's `re`.
+TEST(Tokenize13aReference, EqualsPythonRe) {
+  const std::vector<std::string> lines = {
+      "Hello, world! (test) [x] {y} a/b \"q\" 'z' #1 $2 %3 @4 ~5 ^6 _7 `8 |9 \\0",
+      "Numbers 3.14, 1,000.5 and 2-3 vs. a-b; x.y,z .5 ,6 7. 8,",
+      "..., ,,, .a ,b a. b, 1.a a.1 &amp;&lt;&gt;&quot; <skipped> tail-\nnext",
+      "Grüße.Über, naïve—dash… «quotes» 10.5€ ¿qué?  tabs\tand  spaces",
+  };
+  testing::TempDir tmp;
+  std::string input;
+  for (const auto& l : lines) input += l + '\x1e';
+  const std::string script = tmp.write("tok13a.py", R"(import re, sys
+rules = [(re.compile(r'([\{-\~\[-\` -\&\(-\+\:-\@\/])'), r' \1 '),
+         (re.compile(r'([^0-9])([\.,])'), r'\1 \2 '),
+         (re.compile(r'([\.,])([^0-9])'), r' \1 \2'),
+         (re.compile(r'([0-9])(-)'), r'\1 \2 ')]
+def tok(line):
+    line = line.replace('<skipped>', '').replace('-\n', '').replace('\n', ' ')
+    if '&' in line:
+        line = line.replace('&quot;', '"').replace('&amp;', '&').replace('&lt;', '<').replace('&gt;', '>')
+    line = ' ' + line + ' '
+    for r, s in rules:
+        line = r.sub(s, line)
+    return ' '.join(line.split())
+data = sys.stdin.buffer.read().decode('utf-8')
+for l in data.split('\x1e')[:-1]:
+    sys.stdout.write(tok(l) + '\x1e')
+)");
+  auto r = testing::run({"/usr/bin/python3", script}, {}, input);
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  std::vector<std::string> expected;
+  std::stringstream out(r.out);
+  for (std::string l; std::getline(out, l, '\x1e');) expected.push_back(l);
+  ASSERT_EQ(expected.size(), lines.size());
+  for (size_t i = 0; i < lines.size(); ++i) EXPECT_EQ(generation::tokenize_13a(lines[i]), expected[i]) << lines[i];
+}
+
+// The fixture checkpoint imported once.
+class ImportedFixture : public ::testing::Test {
+ protected:
+  static void SetUpTestSuite() {
+    dir_ = new testing::TempDir();
+    imported_ = dir_->path() + "/imported.pt";
+    auto r = testing::run({testing::source_dir() + "/tools/fairseq-import", fixture("checkpoint_best.pt"), imported_});
+    import_status_ = r.exit_code;
+    import_err_ = r.err;
+  }
+  static void TearDownTestSuite() {
+    delete dir_;
+    dir_ = nullptr;
+  }
+  void SetUp() override { ASSERT_EQ(import_status_, 0) << import_err_; }
+  static testing::TempDir* dir_;
+  static std::string imported_;
+  static int import_status_;
+  static std::string import_err_;
+};
+testing::TempDir* ImportedFixture::dir_ = nullptr;
+std::string ImportedFixture::imported_;
+int ImportedFixture::import_status_ = -1;
+std::string ImportedFixture::import_err_;
+
+TEST_F(ImportedFixture, InteractiveTranslatesRawTextLikeFairseq) {
+  // Line 2 is test sentence 944 (fairseq: "Zwei Jungen spielen Fußball."), line 1 is empty, line 3
+  // is longer than the model's 1024 source positions.
+  std::string long_line;
+  for (int i = 0; i < 1100; ++i) long_line += "dog ";
+  const std::string input = "\nTwo boys play soccer against each other.\n" + long_line + "\nA dog runs.\n";
+  auto r = testing::run({testing::program("fairseq-cpp-interactive"), fixture("data-bin"), "--path", imported_,
+                         "--sentencepiece-model", fixture("spm8k.model"), "--buffer-size", "2", "--beam", "5"},
+                        {}, input);
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_NE(r.out.find("S-1\tTwo boys play soccer against each other.\n"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("D-1\t"), std::string::npos) << r.out;
+  std::smatch m;
+  ASSERT_TRUE(std::regex_search(r.out, m, std::regex("H-1\t(-[0-9.]+)\tZwei Jungen spielen Fußball\\.\n"))) << r.out;
+  EXPECT_NEAR(std::stod(m[1]), -0.3458670675754547, 1e-3);
+  EXPECT_EQ(count_lines(r.out, "H-0\t"), 1) << r.out;  // the empty line is translated, not fatal
+  EXPECT_EQ(count_lines(r.out, "W-2\t"), 1) << r.out;  // the long one is skipped with a note
+  EXPECT_EQ(count_lines(r.out, "H-2\t"), 0) << r.out;
+  EXPECT_EQ(count_lines(r.out, "H-3\t"), 1) << r.out;
+  EXPECT_EQ(count_lines(r.out, "P-"), 3) << r.out;
+
+  // --input FILE instead of standard input.
+  testing::TempDir tmp;
+  const std::string file = tmp.write("in.txt", "Two boys play soccer against each other.\n");
+  auto f = testing::run({testing::program("fairseq-cpp-interactive"), fixture("data-bin"), "--path", imported_,
+                         "--sentencepiece-model", fixture("spm8k.model"), "--input", file});
+  ASSERT_EQ(f.exit_code, 0) << f.err;
+  EXPECT_NE(f.out.find("\tZwei Jungen spielen Fußball.\n"), std::string::npos) << f.out;
+  EXPECT_EQ(count_lines(f.out, "H-0\t"), 1) << f.out;
+}
+
+TEST_F(ImportedFixture, InteractiveWithoutSentencePieceModelIsAUserError) {
+  auto r = testing::run({testing::program("fairseq-cpp-interactive"), fixture("data-bin"), "--path", imported_}, {},
+                        "A dog.\n");
+  EXPECT_EQ(r.exit_code, 2) << r.err;
+  EXPECT_NE(r.err.find("no SentencePiece model for raw input"), std::string::npos) << r.err;
+  EXPECT_NE(r.err.find("--sentencepiece-model"), std::string::npos) << r.err;
+  EXPECT_EQ(count_lines(r.err, "fairseq-cpp-interactive: error: "), 1) << r.err;
+  EXPECT_EQ(count_lines(r.err, ""), 1 + count_lines(r.err, "20")) << "one error line besides log lines:\n" << r.err;
+}
+
+TEST_F(ImportedFixture, GenerateRejectsADataBinWithOtherDictionaries) {
+  testing::TempDir tmp;
+  const std::string bin = tmp.path() + "/data-bin";
+  fs::create_directories(bin);
+  for (const char* name : {"test.en-de.en.bin", "test.en-de.en.idx", "test.en-de.de.bin", "test.en-de.de.idx"}) {
+    fs::create_symlink(fixture(std::string("data-bin/") + name), bin + "/" + name);
+  }
+  tmp.write("data-bin/dict.en.txt", "a 1\nb 1\nc 1\nd 1\n");
+  tmp.write("data-bin/dict.de.txt", "a 1\nb 1\nc 1\nd 1\n");
+  auto r = testing::run({testing::program("fairseq-cpp-generate"), bin, "--path", imported_, "--gen-subset", "test"});
+  EXPECT_EQ(r.exit_code, 2) << r.err;
+  EXPECT_NE(r.err.find("dictionary of 8000 entries, but the data's has 8"), std::string::npos) << r.err;
+  EXPECT_EQ(count_lines(r.err, "fairseq-cpp-generate: error: "), 1) << r.err;
+  EXPECT_EQ(count_lines(r.err, ""), 1 + count_lines(r.err, "20")) << "one error line besides log lines:\n" << r.err;
+  auto flag = testing::run(
+      {testing::program("fairseq-cpp-generate"), fixture("data-bin"), "--path", imported_, "--beam-size-typo", "5"});
+  EXPECT_EQ(flag.exit_code, 2);
+}
+
+}  // namespace
+}  // namespace fairseq_cpp

@@ -1,0 +1,227 @@
+// Beam search against a scripted decoder: the model's next-word probabilities for each prefix are
+// written in the test, and the expected hypotheses and scores are worked out by hand (as fairseq's
+// tests/test_sequence_generator.py does).
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <map>
+
+#include <torch/torch.h>
+
+#include "fairseq_cpp/core/errors.h"
+#include "fairseq_cpp/generation/search.h"
+#include "fairseq_cpp/generation/sequence_generator.h"
+
+namespace fairseq_cpp::generation {
+namespace {
+
+// Vocabulary: <s>=0 <pad>=1 </s>=2 <unk>=3 a=4 b=5 c=6.
+constexpr int64_t kEos = 2, kUnk = 3, kA = 4, kB = 5, kC = 6, kVocab = 7;
+using Prefix = std::vector<int64_t>;
+using Distribution = std::map<int64_t, double>;  // word -> probability; absent words get 0
+using Script = std::map<Prefix, Distribution>;   // prefix (after the leading </s>) -> next word
+
+// A decoder that reads its next-word distribution from the scripts of its sentence. The sentence
+// of each row travels in the encoder output (so the generator must reorder it), and the prefix in
+// the incremental cache (so the generator must reorder that too); the prefix must also equal
+// prev_output_tokens, else the test fails.
+class ScriptedModel : public models::EncoderDecoderModel {
+ public:
+  explicit ScriptedModel(std::vector<Script> scripts) : scripts_(std::move(scripts)) {}
+
+  models::EncoderOut encode(const at::Tensor& src_tokens, const at::Tensor&) override {
+    const int64_t bsz = src_tokens.size(0);
+    // (B) sentence numbers -> (B, 1, 1) "states"
+    return {torch::arange(bsz, torch::kFloat32).view({bsz, 1, 1}), torch::zeros({bsz, 1}, torch::kBool)};
+  }
+  at::Tensor decode(const at::Tensor&, const models::EncoderOut&) override { return {}; }
+  at::Tensor decode_step(const at::Tensor& prev, const models::EncoderOut& encoder_out,
+                         models::IncrementalState& state) override {
+    if (state.layers.empty()) state.layers.resize(1);
+    at::Tensor& cache = state.layers[0].self_attn.key;  // (N, t) tokens so far
+    cache = cache.defined() ? torch::cat({cache, prev.narrow(1, prev.size(1) - 1, 1)}, 1) : prev.clone();
+    if (!torch::equal(cache, prev)) throw std::runtime_error("the incremental cache was not reordered correctly");
+    const int64_t rows = prev.size(0);
+    at::Tensor logits = torch::full({rows, 1, kVocab}, -std::numeric_limits<float>::infinity());
+    for (int64_t r = 0; r < rows; ++r) {
+      const auto sentence = static_cast<size_t>(encoder_out.out[r][0][0].item<float>());
+      Prefix prefix;
+      for (int64_t t = 1; t < prev.size(1); ++t) prefix.push_back(prev[r][t].item<int64_t>());
+      auto it = scripts_.at(sentence).find(prefix);
+      const Distribution dist = it == scripts_.at(sentence).end() ? Distribution{{kEos, 1.0}} : it->second;
+      for (const auto& [word, p] : dist) logits[r][0][word] = std::log(p);
+    }
+    ++calls_;
+    return logits;
+  }
+  int64_t max_source_positions() const override { return 1024; }
+  int64_t max_target_positions() const override { return 1024; }
+  int calls_ = 0;
+
+ private:
+  std::vector<Script> scripts_;
+};
+
+// Sentence "0": a 0.6 / b 0.4; after a: </s> 0.4, b 0.6; after b: </s> 0.8, a 0.2; then </s>.
+const Script kScript0 = {
+    {{}, {{kA, 0.6}, {kB, 0.4}}},
+    {{kA}, {{kEos, 0.4}, {kB, 0.6}}},
+    {{kB}, {{kEos, 0.8}, {kA, 0.2}}},
+};
+
+std::vector<std::vector<Hypothesis>> run(const std::vector<Script>& scripts, GeneratorOptions options,
+                                         at::Tensor prefix = {}) {
+  ScriptedModel model(scripts);
+  SequenceGenerator generator(options, {1, kEos, kUnk, kVocab});
+  const auto bsz = static_cast<int64_t>(scripts.size());
+  at::Tensor src = torch::full({bsz, 3}, kA, torch::kInt64);
+  return generator.generate(model, src, torch::full({bsz}, 3, torch::kInt64), prefix);
+}
+
+void expect_hypothesis(const Hypothesis& h, const Prefix& tokens, double score, const std::vector<double>& positional) {
+  EXPECT_EQ(h.tokens, tokens);
+  EXPECT_NEAR(h.score, score, 1e-6);
+  ASSERT_EQ(h.positional_scores.size(), positional.size());
+  for (size_t i = 0; i < positional.size(); ++i) EXPECT_NEAR(h.positional_scores[i], positional[i], 1e-6) << i;
+}
+
+std::vector<int64_t> to_vector(const at::Tensor& t) {
+  at::Tensor c = t.contiguous();
+  return {c.data_ptr<int64_t>(), c.data_ptr<int64_t>() + c.numel()};
+}
+
+TEST(BeamSearchStep, TopTwoBeamOverBeamTimesVocabOfCumulativeScores) {
+  // One sentence, beam 2, vocabulary 4. Step 1: cumulative scores -1 and -2.
+  at::Tensor lprobs = torch::log(torch::tensor({{{0.1, 0.2, 0.3, 0.4}, {0.7, 0.1, 0.1, 0.1}}}));
+  at::Tensor cumulative = torch::tensor({{-1.0f, -2.0f}});
+  Candidates c = beam_search_step(1, lprobs, cumulative);
+  // Totals: beam 0: -1 + log(.4) = -1.916, log(.3) -> -2.204, log(.2) -> -2.609; beam 1: -2 + log(.7) = -2.357.
+  EXPECT_EQ(c.tokens.sizes(), (std::vector<int64_t>{1, 4}));
+  EXPECT_EQ(to_vector(c.tokens[0]), (std::vector<int64_t>{3, 2, 0, 1}));
+  EXPECT_EQ(to_vector(c.beams[0]), (std::vector<int64_t>{0, 0, 1, 0}));
+  EXPECT_NEAR(c.scores[0][0].item<float>(), -1 + std::log(0.4), 1e-6);
+  EXPECT_NEAR(c.scores[0][2].item<float>(), -2 + std::log(0.7), 1e-6);
+  // Step 0 expands hypothesis 0 only: never beam 1.
+  Candidates first = beam_search_step(0, lprobs, {});
+  EXPECT_EQ(to_vector(first.beams[0]), (std::vector<int64_t>{0, 0, 0}));  // min(4, 4 - 1) candidates
+  EXPECT_EQ(to_vector(first.tokens[0]), (std::vector<int64_t>{3, 2, 1}));
+}
+
+TEST(SequenceGenerator, FinishedHypothesisLeavesTheBeamAndLongerOneWinsAfterNormalization) {
+  GeneratorOptions o;
+  o.beam = 2;
+  auto hypos = run({kScript0}, o);
+  ASSERT_EQ(hypos.size(), 1u);
+  ASSERT_EQ(hypos[0].size(), 2u);
+  // Step 1: candidates a-b .36, b-</s> .32, a-</s> .24, b-a .08: b-</s> is in the top 2 and
+  // finalizes; a-b and b-a continue; step 2 ends both, a-b-</s> fills the second slot.
+  expect_hypothesis(hypos[0][0], {kA, kB, kEos}, std::log(0.36) / 3, {std::log(0.6), std::log(0.6), 0.0});
+  expect_hypothesis(hypos[0][1], {kB, kEos}, std::log(0.32) / 2, {std::log(0.4), std::log(0.8)});
+}
+
+TEST(SequenceGenerator, LengthPenaltyDividesByLengthToThePower) {
+  GeneratorOptions o;
+  o.beam = 2;
+  o.lenpen = 2.0;
+  auto hypos = run({kScript0}, o);
+  expect_hypothesis(hypos[0][0], {kA, kB, kEos}, std::log(0.36) / 9, {std::log(0.6), std::log(0.6), 0.0});
+  expect_hypothesis(hypos[0][1], {kB, kEos}, std::log(0.32) / 4, {std::log(0.4), std::log(0.8)});
+  o.normalize_scores = false;
+  hypos = run({kScript0}, o);
+  EXPECT_NEAR(hypos[0][0].score, std::log(0.36), 1e-6);
+}
+
+TEST(SequenceGenerator, MinLenMasksEndOfSentence) {
+  GeneratorOptions o;
+  o.beam = 2;
+  o.min_len = 2;
+  auto hypos = run({kScript0}, o);
+  // </s> is masked at step 1: a-b and b-a continue and end at step 2.
+  expect_hypothesis(hypos[0][0], {kA, kB, kEos}, std::log(0.36) / 3, {std::log(0.6), std::log(0.6), 0.0});
+  expect_hypothesis(hypos[0][1], {kB, kA, kEos}, std::log(0.08) / 3, {std::log(0.4), std::log(0.2), 0.0});
+}
+
+TEST(SequenceGenerator, MaxLenForcesEndOfSentence) {
+  GeneratorOptions o;
+  o.beam = 2;
+  o.max_len_a = 0;
+  o.max_len_b = 1;  // one word, then </s>
+  auto hypos = run({kScript0}, o);
+  expect_hypothesis(hypos[0][0], {kB, kEos}, std::log(0.32) / 2, {std::log(0.4), std::log(0.8)});
+  expect_hypothesis(hypos[0][1], {kA, kEos}, std::log(0.24) / 2, {std::log(0.6), std::log(0.4)});
+}
+
+TEST(SequenceGenerator, SentencesFinishingEarlyLeaveTheBatch) {
+  // Sentence 0 ends at step 1 (both hypotheses), sentence 1 runs to step 2: its rows move up, and
+  // the cache check in the model fails if they are not reordered with it.
+  const Script short_one = {{{}, {{kUnk, 0.5}, {kC, 0.45}, {kEos, 0.05}}}};
+  GeneratorOptions o;
+  o.beam = 2;
+  auto hypos = run({short_one, kScript0}, o);
+  ASSERT_EQ(hypos.size(), 2u);
+  expect_hypothesis(hypos[0][0], {kUnk, kEos}, std::log(0.5) / 2, {std::log(0.5), 0.0});
+  expect_hypothesis(hypos[0][1], {kC, kEos}, std::log(0.45) / 2, {std::log(0.45), 0.0});
+  expect_hypothesis(hypos[1][0], {kA, kB, kEos}, std::log(0.36) / 3, {std::log(0.6), std::log(0.6), 0.0});
+  expect_hypothesis(hypos[1][1], {kB, kEos}, std::log(0.32) / 2, {std::log(0.4), std::log(0.8)});
+
+  // An unknown-word penalty of 1 is subtracted from <unk>'s log-probability: c wins.
+  o.unkpen = 1.0;
+  hypos = run({short_one}, o);
+  expect_hypothesis(hypos[0][0], {kC, kEos}, std::log(0.45) / 2, {std::log(0.45), 0.0});
+  expect_hypothesis(hypos[0][1], {kUnk, kEos}, (std::log(0.5) - 1) / 2, {std::log(0.5) - 1, 0.0});
+}
+
+TEST(SequenceGenerator, NoRepeatNgramBlocksRepeatedBigrams) {
+  const Script repeat = {
+      {{}, {{kA, 0.9}, {kEos, 0.1}}},
+      {{kA}, {{kA, 0.9}, {kEos, 0.1}}},
+      {{kA, kA}, {{kA, 0.9}, {kEos, 0.1}}},
+  };
+  GeneratorOptions o;
+  o.beam = 1;
+  o.max_len_a = 0;
+  o.max_len_b = 3;
+  // Unblocked: a a a, then </s> forced at the maximum length (after a a a the script gives </s> 1).
+  auto hypos = run({repeat}, o);
+  expect_hypothesis(hypos[0][0], {kA, kA, kA, kEos}, std::log(0.729) / 4,
+                    {std::log(0.9), std::log(0.9), std::log(0.9), 0.0});
+  // Bigram "a a" exists after step 1 (the row is </s> a a), so a third a is blocked.
+  o.no_repeat_ngram_size = 2;
+  hypos = run({repeat}, o);
+  expect_hypothesis(hypos[0][0], {kA, kA, kEos}, std::log(0.081) / 3, {std::log(0.9), std::log(0.9), std::log(0.1)});
+}
+
+TEST(SequenceGenerator, PrefixTokensForceTheFirstWords) {
+  GeneratorOptions o;
+  o.beam = 2;
+  auto hypos = run({kScript0}, o, torch::tensor({{kB}}, torch::kInt64));
+  // b is forced at step 0 (log .4); then b-</s> .32 finalizes and b-a-</s> .08 follows.
+  expect_hypothesis(hypos[0][0], {kB, kEos}, std::log(0.32) / 2, {std::log(0.4), std::log(0.8)});
+  expect_hypothesis(hypos[0][1], {kB, kA, kEos}, std::log(0.08) / 3, {std::log(0.4), std::log(0.2), 0.0});
+}
+
+TEST(SequenceGenerator, SamplingFromTheTopWordIsGreedy) {
+  GeneratorOptions o;
+  o.beam = 2;
+  o.sampling = true;
+  o.sampling_topk = 1;
+  auto hypos = run({kScript0}, o);
+  ASSERT_EQ(hypos[0].size(), 2u);
+  for (const auto& h : hypos[0]) {
+    expect_hypothesis(h, {kA, kB, kEos}, std::log(0.36) / 3, {std::log(0.6), std::log(0.6), 0.0});
+  }
+  // top-p 0.5: only the most likely word (0.6 >= 0.5) can be drawn.
+  o.sampling_topk = -1;
+  o.sampling_topp = 0.5;
+  hypos = run({kScript0}, o);
+  for (const auto& h : hypos[0]) EXPECT_EQ(h.tokens, (Prefix{kA, kB, kEos}));
+}
+
+TEST(SequenceGenerator, RejectsSamplingOptionsWithoutSampling) {
+  GeneratorOptions o;
+  o.sampling_topk = 3;
+  EXPECT_THROW(SequenceGenerator(o, {1, kEos, kUnk, kVocab}), UserError);
+}
+
+}  // namespace
+}  // namespace fairseq_cpp::generation

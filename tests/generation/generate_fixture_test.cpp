@@ -7,17 +7,12 @@
 #include <map>
 #include <sstream>
 
+#include "tests/support/imported_checkpoint.h"
 #include "tests/support/test_support.h"
 
 namespace fairseq_cpp {
 namespace {
 namespace fs = std::filesystem;
-
-std::string fixture(const std::string& name) {
-  std::string path = testing::source_dir() + "/../shared/fixtures/fairseq-v0.9/" + name;
-  if (!fs::exists(path)) ADD_FAILURE() << "fixture missing: " << path << " (see the project's shared data)";
-  return path;
-}
 
 struct Hypo {
   double score = 0;
@@ -46,15 +41,16 @@ std::string line_starting(const std::string& text, const std::string& prefix) {
 TEST(GenerateFixture, ReproducesFairseqsHypothesesScoresOrderAndBleu) {
   testing::TempDir tmp;
   const std::string imported = tmp.path() + "/imported.pt";
-  auto imp = testing::run({testing::source_dir() + "/tools/fairseq-import", fixture("checkpoint_best.pt"), imported});
+  auto imp = testing::run(
+      {testing::source_dir() + "/tools/fairseq-import", testing::fixture_path("checkpoint_best.pt"), imported});
   ASSERT_EQ(imp.exit_code, 0) << imp.err;
-  auto r = testing::run({testing::program("fairseq-cpp-generate"), fixture("data-bin"), "--path", imported,
-                         "--gen-subset", "test", "--beam", "5", "--batch-size", "128", "--remove-bpe", "sentencepiece",
-                         "--results-path", tmp.path() + "/results"},
+  auto r = testing::run({testing::program("fairseq-cpp-generate"), testing::fixture_path("data-bin"), "--path",
+                         imported, "--gen-subset", "test", "--beam", "5", "--batch-size", "128", "--remove-bpe",
+                         "sentencepiece", "--results-path", tmp.path() + "/results"},
                         {{"OMP_WAIT_POLICY", "PASSIVE"}});
   ASSERT_EQ(r.exit_code, 0) << r.err;
   const std::string ours = testing::read_file(tmp.path() + "/results/generate-test.txt");
-  const std::string theirs = testing::read_file(fixture("generate-test-beam5.txt"));
+  const std::string theirs = testing::read_file(testing::fixture_path("generate-test-beam5.txt"));
   std::vector<int> our_order, their_order;
   auto a = hypotheses(ours, &our_order);
   auto b = hypotheses(theirs, &their_order);

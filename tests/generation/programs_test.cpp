@@ -9,6 +9,7 @@
 #include <sstream>
 
 #include "fairseq_cpp/generation/sacrebleu.h"
+#include "tests/support/imported_checkpoint.h"
 #include "tests/support/test_support.h"
 
 namespace fairseq_cpp {
@@ -16,12 +17,6 @@ namespace {
 namespace fs = std::filesystem;
 
 std::string shared_dir() { return testing::source_dir() + "/../shared"; }
-
-std::string fixture(const std::string& name) {
-  std::string path = shared_dir() + "/fixtures/fairseq-v0.9/" + name;
-  if (!fs::exists(path)) ADD_FAILURE() << "fixture missing: " << path << " (see the project's shared data)";
-  return path;
-}
 
 int count_lines(const std::string& text, const std::string& prefix) {
   int n = 0;
@@ -54,22 +49,22 @@ std::string ScoreProgram::ref_;
 int ScoreProgram::gunzip_status_ = -1;
 
 TEST_F(ScoreProgram, ReproducesSacrebleusFiguresOnTheFixture) {
-  auto r =
-      testing::run({testing::program("fairseq-cpp-eval"), "score", "--sys", fixture("test.hyp.de"), "--ref", ref_});
+  auto r = testing::run(
+      {testing::program("fairseq-cpp-eval"), "score", "--sys", testing::fixture_path("test.hyp.de"), "--ref", ref_});
   ASSERT_EQ(r.exit_code, 0) << r.err;
   // The fixture README: sacreBLEU 2.5.1's output for these files.
   EXPECT_EQ(r.out,
             "BLEU|nrefs:1|case:mixed|eff:no|tok:13a|smooth:exp|version:2.5.1 = 30.24 61.1/36.4/23.9/15.7 (BP = 1.000 "
             "ratio = 1.016 hyp_len = 12302 ref_len = 12106)\n"
             "chrF2|nrefs:1|case:mixed|eff:yes|nc:6|nw:0|space:no|version:2.5.1 = 54.43\n");
-  auto chrf = testing::run({testing::program("fairseq-cpp-eval"), "score", "--sys", fixture("test.hyp.de"), "--ref",
-                            ref_, "--metric", "chrf"});
+  auto chrf = testing::run({testing::program("fairseq-cpp-eval"), "score", "--sys",
+                            testing::fixture_path("test.hyp.de"), "--ref", ref_, "--metric", "chrf"});
   ASSERT_EQ(chrf.exit_code, 0) << chrf.err;
   EXPECT_EQ(count_lines(chrf.out, "chrF2|"), 1);
   EXPECT_EQ(count_lines(chrf.out, "BLEU|"), 0);
   // The hypotheses from standard input.
   auto piped = testing::run({testing::program("fairseq-cpp-eval"), "score", "--sys", "/dev/stdin", "--ref", ref_}, {},
-                            testing::read_file(fixture("test.hyp.de")));
+                            testing::read_file(testing::fixture_path("test.hyp.de")));
   ASSERT_EQ(piped.exit_code, 0) << piped.err;
   EXPECT_EQ(piped.out, r.out);
 }
@@ -129,30 +124,8 @@ for l in data.split('\x1e')[:-1]:
   for (size_t i = 0; i < lines.size(); ++i) EXPECT_EQ(generation::tokenize_13a(lines[i]), expected[i]) << lines[i];
 }
 
-// The fixture checkpoint imported once.
-class ImportedFixture : public ::testing::Test {
- protected:
-  static void SetUpTestSuite() {
-    dir_ = new testing::TempDir();
-    imported_ = dir_->path() + "/imported.pt";
-    auto r = testing::run({testing::source_dir() + "/tools/fairseq-import", fixture("checkpoint_best.pt"), imported_});
-    import_status_ = r.exit_code;
-    import_err_ = r.err;
-  }
-  static void TearDownTestSuite() {
-    delete dir_;
-    dir_ = nullptr;
-  }
-  void SetUp() override { ASSERT_EQ(import_status_, 0) << import_err_; }
-  static testing::TempDir* dir_;
-  static std::string imported_;
-  static int import_status_;
-  static std::string import_err_;
-};
-testing::TempDir* ImportedFixture::dir_ = nullptr;
-std::string ImportedFixture::imported_;
-int ImportedFixture::import_status_ = -1;
-std::string ImportedFixture::import_err_;
+// The fixture checkpoint imported once for the suite.
+class ImportedFixture : public testing::ImportedFairseqCheckpoint {};
 
 TEST_F(ImportedFixture, InteractiveTranslatesRawTextLikeFairseq) {
   // Line 2 is test sentence 944 (fairseq: "Zwei Jungen spielen Fußball."), line 1 is empty, line 3
@@ -160,9 +133,10 @@ TEST_F(ImportedFixture, InteractiveTranslatesRawTextLikeFairseq) {
   std::string long_line;
   for (int i = 0; i < 1100; ++i) long_line += "dog ";
   const std::string input = "\nTwo boys play soccer against each other.\n" + long_line + "\nA dog runs.\n";
-  auto r = testing::run({testing::program("fairseq-cpp-interactive"), fixture("data-bin"), "--path", imported_,
-                         "--sentencepiece-model", fixture("spm8k.model"), "--buffer-size", "2", "--beam", "5"},
-                        {}, input);
+  auto r =
+      testing::run({testing::program("fairseq-cpp-interactive"), testing::fixture_path("data-bin"), "--path", imported_,
+                    "--sentencepiece-model", testing::fixture_path("spm8k.model"), "--buffer-size", "2", "--beam", "5"},
+                   {}, input);
   ASSERT_EQ(r.exit_code, 0) << r.err;
   EXPECT_NE(r.out.find("S-1\tTwo boys play soccer against each other.\n"), std::string::npos) << r.out;
   EXPECT_NE(r.out.find("D-1\t"), std::string::npos) << r.out;
@@ -178,16 +152,17 @@ TEST_F(ImportedFixture, InteractiveTranslatesRawTextLikeFairseq) {
   // --input FILE instead of standard input.
   testing::TempDir tmp;
   const std::string file = tmp.write("in.txt", "Two boys play soccer against each other.\n");
-  auto f = testing::run({testing::program("fairseq-cpp-interactive"), fixture("data-bin"), "--path", imported_,
-                         "--sentencepiece-model", fixture("spm8k.model"), "--input", file});
+  auto f = testing::run({testing::program("fairseq-cpp-interactive"), testing::fixture_path("data-bin"), "--path",
+                         imported_, "--sentencepiece-model", testing::fixture_path("spm8k.model"), "--input", file});
   ASSERT_EQ(f.exit_code, 0) << f.err;
   EXPECT_NE(f.out.find("\tZwei Jungen spielen Fußball.\n"), std::string::npos) << f.out;
   EXPECT_EQ(count_lines(f.out, "H-0\t"), 1) << f.out;
 }
 
 TEST_F(ImportedFixture, InteractiveWithoutSentencePieceModelIsAUserError) {
-  auto r = testing::run({testing::program("fairseq-cpp-interactive"), fixture("data-bin"), "--path", imported_}, {},
-                        "A dog.\n");
+  auto r = testing::run(
+      {testing::program("fairseq-cpp-interactive"), testing::fixture_path("data-bin"), "--path", imported_}, {},
+      "A dog.\n");
   EXPECT_EQ(r.exit_code, 2) << r.err;
   EXPECT_NE(r.err.find("no SentencePiece model for raw input"), std::string::npos) << r.err;
   EXPECT_NE(r.err.find("--sentencepiece-model"), std::string::npos) << r.err;
@@ -200,7 +175,7 @@ TEST_F(ImportedFixture, GenerateRejectsADataBinWithOtherDictionaries) {
   const std::string bin = tmp.path() + "/data-bin";
   fs::create_directories(bin);
   for (const char* name : {"test.en-de.en.bin", "test.en-de.en.idx", "test.en-de.de.bin", "test.en-de.de.idx"}) {
-    fs::create_symlink(fixture(std::string("data-bin/") + name), bin + "/" + name);
+    fs::create_symlink(testing::fixture_path(std::string("data-bin/") + name), bin + "/" + name);
   }
   tmp.write("data-bin/dict.en.txt", "a 1\nb 1\nc 1\nd 1\n");
   tmp.write("data-bin/dict.de.txt", "a 1\nb 1\nc 1\nd 1\n");
@@ -209,8 +184,8 @@ TEST_F(ImportedFixture, GenerateRejectsADataBinWithOtherDictionaries) {
   EXPECT_NE(r.err.find("dictionary of 8000 entries, but the data's has 8"), std::string::npos) << r.err;
   EXPECT_EQ(count_lines(r.err, "fairseq-cpp-generate: error: "), 1) << r.err;
   EXPECT_EQ(count_lines(r.err, ""), 1 + count_lines(r.err, "20")) << "one error line besides log lines:\n" << r.err;
-  auto flag = testing::run(
-      {testing::program("fairseq-cpp-generate"), fixture("data-bin"), "--path", imported_, "--beam-size-typo", "5"});
+  auto flag = testing::run({testing::program("fairseq-cpp-generate"), testing::fixture_path("data-bin"), "--path",
+                            imported_, "--beam-size-typo", "5"});
   EXPECT_EQ(flag.exit_code, 2);
 }
 

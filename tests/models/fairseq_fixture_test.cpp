@@ -9,6 +9,7 @@
 #include "fairseq_cpp/checkpoint/load_model.h"
 #include "fairseq_cpp/core/errors.h"
 #include "fairseq_cpp/data/dictionary.h"
+#include "tests/support/imported_checkpoint.h"
 #include "tests/support/test_support.h"
 
 namespace fairseq_cpp {
@@ -23,32 +24,8 @@ std::string fixture_dir() {
   return dir;
 }
 
-// The fixture imported once for the whole suite.
-class FairseqFixture : public ::testing::Test {
- protected:
-  static void SetUpTestSuite() {
-    dir_ = new testing::TempDir();
-    imported_ = dir_->path() + "/imported.pt";
-    auto r = testing::run(
-        {testing::source_dir() + "/tools/fairseq-import", fixture_dir() + "/checkpoint_best.pt", imported_});
-    import_status_ = r.exit_code;
-    import_err_ = r.err;
-  }
-  static void TearDownTestSuite() {
-    delete dir_;
-    dir_ = nullptr;
-  }
-  void SetUp() override { ASSERT_EQ(import_status_, 0) << import_err_; }
-
-  static testing::TempDir* dir_;
-  static std::string imported_;
-  static int import_status_;
-  static std::string import_err_;
-};
-testing::TempDir* FairseqFixture::dir_ = nullptr;
-std::string FairseqFixture::imported_;
-int FairseqFixture::import_status_ = -1;
-std::string FairseqFixture::import_err_;
+// The fixture checkpoint imported once for the suite.
+class FairseqFixture : public testing::ImportedFairseqCheckpoint {};
 
 TEST_F(FairseqFixture, ImportedModelHasFairseqsParametersExactly) {
   const std::string data = fixture_dir() + "/data-bin";

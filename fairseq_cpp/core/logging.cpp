@@ -99,4 +99,15 @@ void write(Level level, std::string_view tag, std::string_view message) {
   }
 }
 
+void write_file_only(Level level, std::string_view tag, std::string_view message) {
+  if (!enabled(level)) return;
+  State& s = state();
+  std::lock_guard<std::mutex> lock(s.mutex);
+  if (s.file == nullptr) return;
+  std::string line = format_line(level, tag, message);
+  line += '\n';
+  std::fwrite(line.data(), 1, line.size(), s.file);
+  std::fflush(s.file);
+}
+
 }  // namespace fairseq_cpp::log

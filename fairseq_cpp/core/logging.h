@@ -32,6 +32,9 @@ bool enabled(Level level);
 void write(Level level, std::string_view tag, std::string_view message);
 // "2026-11-22 17:03:11 | INFO | [trainer] message": the line `write` would produce, without newline.
 std::string format_line(Level level, std::string_view tag, std::string_view message);
+// Appends one line to `LogOptions::file` only, not to stderr (no-op without a file or when
+// `level` is not enabled): a live progress bar's periodic lines, kept for tools/plot-log.
+void write_file_only(Level level, std::string_view tag, std::string_view message);
 // While a live progress bar owns the terminal's last line, log lines first erase it.
 void set_live_line(bool active);
 

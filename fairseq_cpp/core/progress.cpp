@@ -77,6 +77,11 @@ class BaseBar : public ProgressBar {
     }
   }
   bool due(int64_t step) const { return o_.log_interval > 0 && step % o_.log_interval == 0; }
+  // "epoch 001:    100 / 1130 loss=5.123, wps=1543.2"
+  std::string simple_line(const Stats& stats, int64_t step) const {
+    std::string where = o_.total > 0 ? fmt::format("{:6d} / {}", step, o_.total) : fmt::format("{:6d}", step);
+    return fmt::format("{}{}{} {}", o_.prefix, o_.prefix.empty() ? "" : ":", where, join_stats(stats, "=", ", "));
+  }
 
   ProgressOptions o_;
 };
@@ -85,9 +90,7 @@ class SimpleBar : public BaseBar {
  public:
   using BaseBar::BaseBar;
   void log(const Stats& stats, int64_t step, std::string_view tag) override {
-    if (!due(step)) return;
-    std::string where = o_.total > 0 ? fmt::format("{:6d} / {}", step, o_.total) : fmt::format("{:6d}", step);
-    emit(tag, fmt::format("{}{}{} {}", o_.prefix, o_.prefix.empty() ? "" : ":", where, join_stats(stats, "=", ", ")));
+    if (due(step)) emit(tag, simple_line(stats, step));
   }
 };
 
@@ -132,7 +135,9 @@ class TqdmBar : public BaseBar {
     log::set_live_line(false);
   }
 
-  void log(const Stats& stats, int64_t step, std::string_view) override {
+  void log(const Stats& stats, int64_t step, std::string_view tag) override {
+    // The bar lives on the terminal only; common.log_file still gets the simple lines.
+    if (due(step) && !o_.sink) log::write_file_only(log::Level::info, tag, simple_line(stats, step));
     double now = o_.clock();
     if (drawn_ && now - last_draw_ < 0.1 && step != o_.total) return;
     last_draw_ = now;

@@ -2,7 +2,8 @@
 // Progress reporting as fairseq's --log-format:
 //   simple  a line every `log_interval` steps:  epoch 001:    100 / 1130 loss=5.123, wps=1543.2, ...
 //   json    the same as one JSON object a line:  {"epoch": 1, "update": 1.088, "loss": 5.123, ...}
-//   tqdm    a live bar on the terminal with ETA; summaries as simple
+//   tqdm    a live bar on the terminal with ETA; summaries as simple, and the simple lines
+//           go to common.log_file (if any) for tools/plot-log
 //   none    summaries only
 // Summaries (`print`) read "epoch 001 | loss 4.2 | ..." (json: {"epoch": 1, "train_loss": 4.2, ...}).
 

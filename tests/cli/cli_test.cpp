@@ -122,6 +122,19 @@ TEST(Cli, BadOverridesAndFlags) {
   EXPECT_NE(r.err.find("needs a subcommand: one of validate, score."), std::string::npos);
 }
 
+TEST(Cli, MixedPrecisionIsRefusedNotIgnored) {
+  testing::TempDir dir;
+  auto r = run({program("fairseq-cpp-train"), testing::source_dir() + "/configs/transformer_wmt_en_de.yaml",
+                "task.data=" + dir.path()});
+  EXPECT_EQ(r.exit_code, 2);
+  EXPECT_EQ(r.err,
+            "fairseq-cpp-train: error: `common.fp16` is true, but mixed precision training is not implemented yet; "
+            "train in fp32 with common.fp16=false.\n");
+  r = run({program("fairseq-cpp-train"), "task.data=" + dir.path(), "--bf16", "--max-tokens", "64"});
+  EXPECT_EQ(r.exit_code, 2);
+  EXPECT_NE(r.err.find("`common.bf16` is true"), std::string::npos) << r.err;
+}
+
 TEST(Cli, DumpConfigPrintsTheResolvedConfigThatLoadsBack) {
   TempDir dir;
   std::string path = dir.write("train.yaml", "optimization:\n  lr: 0.0005\n  max_update: 952\n");

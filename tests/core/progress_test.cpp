@@ -6,6 +6,7 @@
 #include <cstdio>
 
 #include "fairseq_cpp/core/errors.h"
+#include "fairseq_cpp/core/logging.h"
 #include "tests/support/test_support.h"
 
 namespace fairseq_cpp::core {
@@ -100,6 +101,34 @@ TEST(Progress, TqdmDrawsABarWithEta) {
       << drawn;
   EXPECT_EQ(drawn.back(), '\n');
   EXPECT_TRUE(c.lines.empty());
+}
+
+TEST(Progress, TqdmWritesSimpleLinesToTheLogFileOnly) {
+  testing::TempDir dir;
+  log::LogOptions log_options;
+  log_options.file = dir.path() + "/log.txt";
+  log::configure(log_options);
+  std::string path = dir.path() + "/tty";
+  std::FILE* tty = std::fopen(path.c_str(), "w");
+  ::testing::internal::CaptureStderr();
+  {
+    ProgressOptions o;
+    o.format = LogFormat::tqdm;
+    o.log_interval = 2;
+    o.epoch = 3;
+    o.total = 10;
+    o.terminal = tty;
+    auto bar = make_progress_bar(o);
+    bar->log({{"loss", 2.5, 3}}, 1, "train_inner");  // not due: bar only
+    bar->log({{"loss", 2.25, 3}}, 2, "train_inner");
+  }
+  std::string err = ::testing::internal::GetCapturedStderr();
+  std::fclose(tty);
+  log::configure(log::LogOptions{});
+  std::string file = testing::read_file(log_options.file);
+  EXPECT_NE(file.find("| INFO | [train_inner] epoch 003:     2 / 10 loss=2.25\n"), std::string::npos) << file;
+  EXPECT_EQ(file.find("loss=2.5"), std::string::npos) << file;
+  EXPECT_EQ(err.find("loss="), std::string::npos) << err;
 }
 
 }  // namespace

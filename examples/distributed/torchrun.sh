@@ -1,0 +1,54 @@
+#!/usr/bin/env bash
+# The small job of examples/distributed/README.md under torchrun: torchrun starts 2 processes of
+# fairseq-cpp-train (--no-python). Each process reads its rank from torchrun's environment
+# (MASTER_ADDR, MASTER_PORT, WORLD_SIZE, RANK, LOCAL_RANK, LOCAL_WORLD_SIZE): mode=torchrun.
+#
+#   examples/distributed/torchrun.sh [BUILD_DIR] [DATA_DIR] [fairseq-cpp-train argument ...]
+#
+# BUILD_DIR, DATA_DIR and further arguments: as in spawn.sh.
+# TORCHRUN: the torchrun to use (default: torchrun on PATH). It must come from PyTorch 2.x. Debian 12's
+#   /usr/bin/torchrun (python3-torch 1.13) fails on Python 3.11 before it starts any worker, and it does
+#   not know the spelling --no-python. Example: python3 -m venv ~/torch2 &&
+#   ~/torch2/bin/pip install torch --index-url https://download.pytorch.org/whl/cpu, then TORCHRUN=~/torch2/bin/torchrun.
+# TORCHRUN_ARGS: torchrun's placement flags (default: --standalone, one node on a free port). For 2 nodes,
+#   run this on each node:
+#     TORCHRUN_ARGS="--nnodes=2 --node_rank=N --master_addr=HOST0 --master_port=29500" examples/distributed/torchrun.sh
+# Checkpoints go to checkpoints/distributed-torchrun/. A second run resumes from its checkpoint_last.pt.
+set -euo pipefail
+root=$(cd "$(dirname "$(readlink -f "${BASH_SOURCE[0]}")")/../.." && pwd)
+build=${1:-$root/build}
+data=${2:-}
+shift $(($# < 2 ? $# : 2))
+if [[ -z $data ]]; then
+  data=$root/data-bin/multi30k.en-de
+  [[ -d $data ]] || data=$root/../shared/fixtures/fairseq-v0.9/data-bin
+fi
+[[ -x $build/fairseq-cpp-train ]] || { echo "torchrun.sh: no $build/fairseq-cpp-train (run tools/setup.sh)" >&2; exit 2; }
+[[ -f $data/dict.en.txt && -f $data/dict.de.txt ]] ||
+  { echo "torchrun.sh: $data is not an en-de data-bin (see examples/multi30k/README.md)" >&2; exit 2; }
+
+torchrun=${TORCHRUN:-torchrun}
+path=$(command -v "$torchrun" || true)
+[[ -n $path ]] || { echo "torchrun.sh: $torchrun not found; set TORCHRUN to a PyTorch 2.x torchrun" >&2; exit 2; }
+if [[ $(readlink -f "$path") == /usr/bin/torchrun ]] &&
+  dpkg-query -W -f='${Version}' python3-torch 2>/dev/null | grep -q '^1\.'; then
+  echo "torchrun.sh: $path is Debian's PyTorch 1.13 torchrun, which fails on Python 3.11 before it starts" \
+    "a worker; set TORCHRUN to a PyTorch 2.x torchrun" >&2
+  exit 2
+fi
+read -r -a placement <<<"${TORCHRUN_ARGS:---standalone}"
+
+# The job: a transformer_tiny on Multi30k for 200 updates (the same in spawn.sh, torchrun.sh, slurm.sbatch).
+job=(
+  --data "$data" --source-lang en --target-lang de
+  --arch transformer_tiny --share-all-embeddings
+  --criterion label_smoothed_cross_entropy --label-smoothing 0.1
+  --optimizer adam --adam-betas "(0.9, 0.98)" --lr 0.001 --lr-scheduler inverse_sqrt --warmup-updates 100
+  --max-tokens 4096 --max-update 200
+  --cpu --log-interval 10 --no-epoch-checkpoints
+)
+
+# No distributed_world_size here: WORLD_SIZE from torchrun is the truth (a different value in the
+# config is refused).
+exec "$torchrun" "${placement[@]}" --nproc_per_node=2 --no-python \
+  "$build/fairseq-cpp-train" "${job[@]}" --save-dir "$root/checkpoints/distributed-torchrun" "$@"

@@ -1,0 +1,50 @@
+#!/usr/bin/env bash
+# The shortened demo end to end (CTest `tools.demo`, label slow): tools/demo.sh with 2 worker
+# processes of 1,024 tokens a batch and UPDATES updates: corpus -> SentencePiece + binarization -> training (Gloo over
+# TCP on localhost) -> beam search on the test split -> BLEU, examples and the loss-curve PNG.
+# The BLEU floor (FLOOR) is far above what an untrained model scores: copying the English source
+# scores about 2 BLEU against the German references, an untrained model's output about 0.
+# Usage: demo_test.sh SOURCE_DIR BUILD_DIR [UPDATES] [FLOOR]
+set -uo pipefail
+src=${1:?usage: demo_test.sh SOURCE_DIR BUILD_DIR [UPDATES] [FLOOR]}
+build=${2:?usage: demo_test.sh SOURCE_DIR BUILD_DIR [UPDATES] [FLOOR]}
+updates=${3:-300}
+floor=${4:-25}
+dir=$(mktemp -d /tmp/fsq-demo-XXXXXX)
+trap 'rm -rf "$dir"' EXIT
+passed=0
+failed=0
+
+check() {  # check NAME COMMAND...: one test case; passes when the command succeeds
+  local name=$1
+  shift
+  if "$@"; then
+    passed=$((passed + 1))
+  else
+    failed=$((failed + 1))
+    echo "FAIL: $name" >&2
+  fi
+}
+
+DEMO_DIR="$dir" BUILD_DIR="$build" DEMO_SETUP=0 DEMO_MIN_BLEU="$floor" \
+  "$src/tools/demo.sh" distributed_training.distributed_world_size=2 dataset.max_tokens=1024 \
+  optimization.max_update="$updates" \
+  >"$dir/out.txt" 2>&1
+code=$?
+cat "$dir/out.txt"
+check "demo.sh exits 0 with BLEU >= $floor (exit code $code)" [ "$code" -eq 0 ]
+check "two worker processes trained" grep -q "rank=0/2 " "$dir/out.txt"
+check "training stopped at $updates updates" grep -q "num_updates $updates\b\|\"num_updates\": $updates\b\|num_updates=$updates\b" "$dir/train.log"
+check "the best checkpoint exists" [ -s "$dir/checkpoints/checkpoint_best.pt" ]
+check "the loss curve is a PNG" [ "$(head -c 8 "$dir/loss.png" 2>/dev/null | od -An -tx1 | tr -d ' \n')" = "89504e470d0a1a0a" ]
+check "1,000 test hypotheses" [ "$(grep -c '^H-' "$dir/generate-test.txt" 2>/dev/null)" = 1000 ]
+check "five examples, each S/T/H" [ "$(grep -cE '^  [STH]  ' "$dir/out.txt")" = 15 ]
+bleu=$(sed -n 's/^demo: test BLEU \([0-9.]*\) .*/\1/p' "$dir/out.txt")
+check "BLEU printed and >= $floor (got '$bleu')" awk -v b="${bleu:-0}" -v f="$floor" 'BEGIN {exit !(b >= f)}'
+# The same floor rejects a model that did not learn: the source copied as the hypothesis.
+"$build/fairseq-cpp-eval" score --sys "$dir/raw/test.en" --ref "$dir/raw/test.de" --metric bleu >"$dir/copy.score"
+copy=$(sed -n 's/^BLEU|[^ ]* = \([0-9.]*\) .*/\1/p' "$dir/copy.score")
+check "copying the source scores below the floor (got '$copy')" awk -v b="${copy:-100}" -v f="$floor" 'BEGIN {exit !(b < f)}'
+
+echo "demo_test: $passed passed, $failed failed"
+[ "$failed" -eq 0 ]

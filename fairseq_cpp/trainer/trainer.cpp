@@ -64,9 +64,12 @@ StepStats Trainer::train_step(const std::vector<data::Batch>& samples) {
   for (const data::Batch& batch : samples) {
     if (batch.empty()) continue;  // a dummy from a short shard: joins the collectives below with weight 0
     try {
-      at::Tensor logits = model_->forward(batch.src_tokens.to(device_), batch.src_lengths.to(device_),
-                                          batch.prev_output_tokens.to(device_));
-      criterions::LossOutput out = criterion_(logits, batch.target.to(device_));
+      // The logits (B, T, V) die with this statement, before backward: the loss node keeps
+      // only the log-probabilities, so the batch's largest tensor is not held twice.
+      criterions::LossOutput out = criterion_(model_->forward(batch.src_tokens.to(device_),
+                                                              batch.src_lengths.to(device_),
+                                                              batch.prev_output_tokens.to(device_)),
+                                              batch.target.to(device_));
       out.loss.backward();
       accumulate_gradients();
       local.add(out.stats);

@@ -81,6 +81,36 @@ TEST(Criterion, LabelSmoothingSpreadsEpsOverTheVocabularyAsFairseqV09) {
   EXPECT_GT(std::abs(out.stats.loss_sum - newer), 1e-3);
 }
 
+// The criterion's fused backward against autograd through the plain composition
+// (log_softmax, then label_smoothed_nll_loss), on random logits with padding rows, for the
+// loss, the nll and a mix of both.
+TEST(Criterion, FusedGradientEqualsAutogradOfTheComposition) {
+  torch::manual_seed(3);
+  for (double eps : {0.0, 0.1}) {
+    for (auto [a, b] : {std::pair{1.0, 0.0}, std::pair{0.0, 1.0}, std::pair{0.7, -0.3}}) {
+      at::Tensor base = torch::randn({3, 5, 11}) * 3;
+      at::Tensor target = torch::randint(0, 11, {3, 5}, torch::kLong);
+      target[1][4] = 0;  // padding rows (padding_idx 0)
+      target[2][3] = 0;
+      target[2][4] = 0;
+      at::Tensor fused_in = base.clone().requires_grad_(true);
+      LossOutput out = Criterion(options("label_smoothed_cross_entropy", eps))(fused_in, target);
+      (a * out.loss + b * out.nll_loss).backward();
+
+      at::Tensor plain_in = base.clone().requires_grad_(true);
+      auto [loss, nll] = label_smoothed_nll_loss(torch::log_softmax(plain_in, -1).view({-1, 11}), target.view(-1),
+                                                 eps, 0);
+      (a * loss + b * nll).backward();
+      EXPECT_NEAR(out.loss.item<double>(), loss.item<double>(), 1e-4);
+      EXPECT_NEAR(out.nll_loss.item<double>(), nll.item<double>(), 1e-4);
+      EXPECT_TRUE(torch::allclose(fused_in.grad(), plain_in.grad(), 1e-5, 1e-6))
+          << "eps " << eps << " a " << a << " b " << b << ": max difference "
+          << (fused_in.grad() - plain_in.grad()).abs().max().item<double>();
+      EXPECT_EQ(fused_in.grad()[2][4].abs().sum().item<double>(), 0.0);  // padding rows get no gradient
+    }
+  }
+}
+
 TEST(Criterion, SentenceAvgAndStatsAccumulate) {
   Example ex;
   LossOutput out = Criterion(options("label_smoothed_cross_entropy", 0.1, true))(ex.logits, ex.target);

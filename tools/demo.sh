@@ -47,7 +47,8 @@ rm -rf "$demo/checkpoints" "$demo/train.log"
 
 step "translating the test split"
 "$build/fairseq-cpp-generate" "$demo/bin" --path "$demo/checkpoints/checkpoint_best.pt" --gen-subset test \
-  --beam 5 --batch-size 128 --remove-bpe sentencepiece --results-path "$demo" 2>/dev/null
+  --beam 5 --batch-size 128 --remove-bpe sentencepiece --results-path "$demo" 2>"$demo/generate.log" ||
+  { code=$?; cat "$demo/generate.log" >&2; exit $code; }
 out="$demo/generate-test.txt"
 grep '^H-' "$out" | sort -t- -k2 -n | cut -f3 >"$demo/test.hyp.de"
 "$build/fairseq-cpp-eval" score --sys "$demo/test.hyp.de" --ref "$demo/raw/test.de" | tee "$demo/test.score"

@@ -16,16 +16,9 @@
 # Checkpoints go to checkpoints/distributed-torchrun/. A second run resumes from its checkpoint_last.pt.
 set -euo pipefail
 root=$(cd "$(dirname "$(readlink -f "${BASH_SOURCE[0]}")")/../.." && pwd)
-build=${1:-$root/build}
-data=${2:-}
+source "$root/examples/distributed/job.sh"
+job_setup torchrun.sh "$root" "${1:-}" "${2:-}"
 shift $(($# < 2 ? $# : 2))
-if [[ -z $data ]]; then
-  data=$root/data-bin/multi30k.en-de
-  [[ -d $data ]] || data=$root/../shared/fixtures/fairseq-v0.9/data-bin
-fi
-[[ -x $build/fairseq-cpp-train ]] || { echo "torchrun.sh: no $build/fairseq-cpp-train (run tools/setup.sh)" >&2; exit 2; }
-[[ -f $data/dict.en.txt && -f $data/dict.de.txt ]] ||
-  { echo "torchrun.sh: $data is not an en-de data-bin (see examples/multi30k/README.md)" >&2; exit 2; }
 
 torchrun=${TORCHRUN:-torchrun}
 path=$(command -v "$torchrun" || true)
@@ -37,16 +30,6 @@ if [[ $(readlink -f "$path") == /usr/bin/torchrun ]] &&
   exit 2
 fi
 read -r -a placement <<<"${TORCHRUN_ARGS:---standalone}"
-
-# The job: a transformer_tiny on Multi30k for 200 updates (the same in spawn.sh, torchrun.sh, slurm.sbatch).
-job=(
-  --data "$data" --source-lang en --target-lang de
-  --arch transformer_tiny --share-all-embeddings
-  --criterion label_smoothed_cross_entropy --label-smoothing 0.1
-  --optimizer adam --adam-betas "(0.9, 0.98)" --lr 0.001 --lr-scheduler inverse_sqrt --warmup-updates 100
-  --max-tokens 4096 --max-update 200
-  --cpu --log-interval 10 --no-epoch-checkpoints
-)
 
 # No distributed_world_size here: WORLD_SIZE from torchrun is the truth (a different value in the
 # config is refused).

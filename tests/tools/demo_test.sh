@@ -12,19 +12,7 @@ updates=${3:-300}
 floor=${4:-25}
 dir=$(mktemp -d /tmp/fsq-demo-XXXXXX)
 trap 'rm -rf "$dir"' EXIT
-passed=0
-failed=0
-
-check() {  # check NAME COMMAND...: one test case; passes when the command succeeds
-  local name=$1
-  shift
-  if "$@"; then
-    passed=$((passed + 1))
-  else
-    failed=$((failed + 1))
-    echo "FAIL: $name" >&2
-  fi
-}
+source "$(dirname "${BASH_SOURCE[0]}")/check.sh"
 
 DEMO_DIR="$dir" BUILD_DIR="$build" DEMO_SETUP=0 DEMO_MIN_BLEU="$floor" \
   "$src/tools/demo.sh" distributed_training.distributed_world_size=2 dataset.max_tokens=1024 \
@@ -46,5 +34,4 @@ check "BLEU printed and >= $floor (got '$bleu')" awk -v b="${bleu:-0}" -v f="$fl
 copy=$(sed -n 's/^BLEU|[^ ]* = \([0-9.]*\) .*/\1/p' "$dir/copy.score")
 check "copying the source scores below the floor (got '$copy')" awk -v b="${copy:-100}" -v f="$floor" 'BEGIN {exit !(b < f)}'
 
-echo "demo_test: $passed passed, $failed failed"
-[ "$failed" -eq 0 ]
+check_summary "demo_test: "

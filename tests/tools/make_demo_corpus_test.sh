@@ -6,19 +6,7 @@ set -uo pipefail
 tool=${1:?usage: make_demo_corpus_test.sh SOURCE_DIR}/tools/make-demo-corpus
 dir=$(mktemp -d /tmp/fsq-demo-corpus-XXXXXX)
 trap 'rm -rf "$dir"' EXIT
-passed=0
-failed=0
-
-check() {  # check NAME COMMAND...: one test case; passes when the command succeeds
-  local name=$1
-  shift
-  if "$@"; then
-    passed=$((passed + 1))
-  else
-    failed=$((failed + 1))
-    echo "FAIL: $name" >&2
-  fi
-}
+source "$(dirname "${BASH_SOURCE[0]}")/check.sh"
 
 sizes=(--train-size 3000 --valid-size 200 --test-size 300)
 "$tool" --seed 7 --outdir "$dir/a" "${sizes[@]}" || { echo "FAIL: generator exited $?" >&2; exit 1; }
@@ -107,5 +95,4 @@ check "a word outside the vocabulary is rejected" rejects "The dog sleeps in the
 check "a verb with a subject it does not take is rejected" rejects "The book eats the apple."
 check "yesterday with the present tense is rejected" rejects "Yesterday the dog sleeps."
 
-echo "$passed passed, $failed failed"
-[ "$failed" = 0 ]
+check_summary ""

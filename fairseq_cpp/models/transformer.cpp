@@ -6,6 +6,7 @@
 
 #include "fairseq_cpp/config/config.h"
 #include "fairseq_cpp/core/errors.h"
+#include "fairseq_cpp/nn/dropout.h"
 
 namespace fairseq_cpp::models {
 namespace {
@@ -184,7 +185,7 @@ EncoderOut TransformerEncoderImpl::forward(const at::Tensor& src_tokens) {
   at::Tensor x = embed_scale_ * embed_tokens_->forward(src_tokens);  // (B, S, C)
   if (embed_positions_) x = x + embed_positions_->forward(src_tokens).to(x.scalar_type());
   if (layernorm_embedding_) x = layernorm_embedding_->forward(x);
-  x = torch::dropout(x, options_.dropout, is_training());
+  x = nn::dropout(x, options_.dropout, is_training());
   at::Tensor padding_mask = src_tokens.eq(padding_idx_);
   for (auto& layer : typed_layers_) x = layer->forward(x, padding_mask);
   if (layer_norm_) x = layer_norm_->forward(x);
@@ -235,7 +236,7 @@ at::Tensor TransformerDecoderImpl::forward(const at::Tensor& tokens, const Encod
   at::Tensor x = embed_scale_ * embed_tokens_->forward(input);  // (B, T, C)
   if (positions.defined()) x = x + positions.to(x.scalar_type());
   if (layernorm_embedding_) x = layernorm_embedding_->forward(x);
-  x = torch::dropout(x, options_.dropout, is_training());
+  x = nn::dropout(x, options_.dropout, is_training());
 
   at::Tensor causal;
   at::Tensor self_padding;

@@ -7,6 +7,7 @@
 
 #include "fairseq_cpp/core/errors.h"
 #include "fairseq_cpp/core/torch_compat.h"
+#include "fairseq_cpp/nn/dropout.h"
 
 namespace fairseq_cpp::nn {
 
@@ -17,7 +18,7 @@ at::Tensor attention_reference(const at::Tensor& q, const at::Tensor& k, const a
   at::Tensor scores = torch::matmul(q * scaling, k.transpose(-2, -1));
   if (mask.defined()) scores = scores.masked_fill(mask, -std::numeric_limits<float>::infinity());
   at::Tensor probs = torch::softmax(scores.to(torch::kFloat32), -1).to(scores.scalar_type());
-  if (dropout > 0 && training) probs = torch::dropout(probs, dropout, true);
+  if (dropout > 0 && training) probs = nn::dropout(probs, dropout, true);
   return torch::matmul(probs, v);  // (B, H, Tq, D)
 }
 

@@ -5,6 +5,7 @@
 #include <torch/torch.h>
 
 #include "fairseq_cpp/core/errors.h"
+#include "fairseq_cpp/nn/dropout.h"
 
 namespace fairseq_cpp::nn {
 namespace {
@@ -68,14 +69,14 @@ at::Tensor TransformerEncoderLayerImpl::forward(const at::Tensor& input, const a
   at::Tensor residual = input;
   at::Tensor x = maybe_norm(self_attn_layer_norm_, input, pre, true);
   x = self_attn_->forward(x, x, padding_mask, at::Tensor());
-  x = residual + torch::dropout(x, options_.dropout, train);
+  x = residual + nn::dropout(x, options_.dropout, train);
   x = maybe_norm(self_attn_layer_norm_, x, pre, false);
 
   residual = x;
   x = maybe_norm(final_layer_norm_, x, pre, true);
   x = activation(options_.activation_fn, fc1_->forward(x));
-  x = torch::dropout(x, options_.activation_dropout, train);
-  x = torch::dropout(fc2_->forward(x), options_.dropout, train);
+  x = nn::dropout(x, options_.activation_dropout, train);
+  x = nn::dropout(fc2_->forward(x), options_.dropout, train);
   x = residual + x;
   return maybe_norm(final_layer_norm_, x, pre, false);
 }
@@ -100,21 +101,21 @@ at::Tensor TransformerDecoderLayerImpl::forward(const at::Tensor& input, const a
   at::Tensor residual = input;
   at::Tensor x = maybe_norm(self_attn_layer_norm_, input, pre, true);
   x = self_attn_->forward(x, x, self_padding_mask, self_attn_mask, cache ? &cache->self_attn : nullptr, false);
-  x = residual + torch::dropout(x, options_.dropout, train);
+  x = residual + nn::dropout(x, options_.dropout, train);
   x = maybe_norm(self_attn_layer_norm_, x, pre, false);
 
   residual = x;
   x = maybe_norm(encoder_attn_layer_norm_, x, pre, true);
   x = encoder_attn_->forward(x, encoder_out, encoder_padding_mask, at::Tensor(), cache ? &cache->encoder_attn : nullptr,
                              true);
-  x = residual + torch::dropout(x, options_.dropout, train);
+  x = residual + nn::dropout(x, options_.dropout, train);
   x = maybe_norm(encoder_attn_layer_norm_, x, pre, false);
 
   residual = x;
   x = maybe_norm(final_layer_norm_, x, pre, true);
   x = activation(options_.activation_fn, fc1_->forward(x));
-  x = torch::dropout(x, options_.activation_dropout, train);
-  x = torch::dropout(fc2_->forward(x), options_.dropout, train);
+  x = nn::dropout(x, options_.activation_dropout, train);
+  x = nn::dropout(fc2_->forward(x), options_.dropout, train);
   x = residual + x;
   return maybe_norm(final_layer_norm_, x, pre, false);
 }

@@ -1,0 +1,86 @@
+#include "fairseq_cpp/nn/dropout.h"
+
+#include <cstdint>
+#include <mutex>
+
+#include <ATen/CPUGeneratorImpl.h>
+#include <ATen/Parallel.h>
+#include <torch/torch.h>
+
+namespace fairseq_cpp::nn {
+namespace {
+
+constexpr int64_t kBlock = 4096;  // elements per random stream; fixed, so threads do not matter
+
+uint64_t splitmix64(uint64_t& state) {
+  uint64_t z = (state += 0x9E3779B97F4A7C15ULL);
+  z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ULL;
+  z = (z ^ (z >> 27)) * 0x94D049BB133111EBULL;
+  return z ^ (z >> 31);
+}
+
+uint64_t draw_seed() {
+  const at::Generator& gen = at::detail::getDefaultCPUGenerator();
+  std::lock_guard<std::mutex> lock(const_cast<at::Generator&>(gen).mutex());
+  return gen.get<at::CPUGeneratorImpl>()->random64();
+}
+
+// keep[i] = 1 with probability 1 - p: 32 random bits per element against p * 2^32.
+at::Tensor draw_mask(int64_t n, double p, uint64_t seed, const at::IntArrayRef sizes) {
+  at::Tensor mask = at::empty(sizes, at::TensorOptions().dtype(at::kByte));
+  uint8_t* out = mask.data_ptr<uint8_t>();
+  const auto threshold = static_cast<uint64_t>(p * 4294967296.0);
+  at::parallel_for(0, (n + kBlock - 1) / kBlock, 1, [&](int64_t first, int64_t last) {
+    for (int64_t block = first; block < last; ++block) {
+      uint64_t state = seed ^ (static_cast<uint64_t>(block) * 0xD1B54A32D192ED03ULL);
+      const int64_t begin = block * kBlock;
+      const int64_t end = std::min(n, begin + kBlock);
+      for (int64_t i = begin; i < end; i += 2) {
+        const uint64_t bits = splitmix64(state);
+        out[i] = static_cast<uint8_t>((bits & 0xFFFFFFFFULL) >= threshold);
+        if (i + 1 < end) out[i + 1] = static_cast<uint8_t>((bits >> 32) >= threshold);
+      }
+    }
+  });
+  return mask;
+}
+
+// x * keep * scale in one pass; x and keep contiguous, float32.
+at::Tensor apply_mask(const at::Tensor& x, const at::Tensor& keep, float scale) {
+  at::Tensor out = at::empty_like(x, at::MemoryFormat::Contiguous);
+  const float* in = x.data_ptr<float>();
+  const uint8_t* k = keep.data_ptr<uint8_t>();
+  float* o = out.data_ptr<float>();
+  at::parallel_for(0, x.numel(), 16384, [&](int64_t first, int64_t last) {
+    for (int64_t i = first; i < last; ++i) o[i] = in[i] * (static_cast<float>(k[i]) * scale);  // vectorizes
+  });
+  return out;
+}
+
+struct MaskedDropout : public torch::autograd::Function<MaskedDropout> {
+  static at::Tensor forward(torch::autograd::AutogradContext* ctx, const at::Tensor& x, double p) {
+    at::Tensor input = x.contiguous();
+    at::Tensor keep = draw_mask(input.numel(), p, draw_seed(), input.sizes());
+    const auto scale = static_cast<float>(1.0 / (1.0 - p));
+    ctx->save_for_backward({keep});
+    ctx->saved_data["scale"] = static_cast<double>(scale);
+    return apply_mask(input, keep, scale);
+  }
+
+  static torch::autograd::variable_list backward(torch::autograd::AutogradContext* ctx,
+                                                 torch::autograd::variable_list grads) {
+    at::Tensor keep = ctx->get_saved_variables()[0];
+    const auto scale = static_cast<float>(ctx->saved_data["scale"].toDouble());
+    return {apply_mask(grads[0].contiguous(), keep, scale), at::Tensor()};
+  }
+};
+
+}  // namespace
+
+at::Tensor dropout(const at::Tensor& x, double p, bool training) {
+  if (!training || p == 0.0 || x.numel() == 0) return x;
+  if (!x.is_cpu() || x.scalar_type() != at::kFloat || p >= 1.0) return torch::dropout(x, p, training);
+  return MaskedDropout::apply(x, p);
+}
+
+}  // namespace fairseq_cpp::nn

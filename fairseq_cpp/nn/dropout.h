@@ -1,0 +1,16 @@
+#pragma once
+// Dropout for CPU tensors with a one-byte mask drawn in parallel: each 4096-element block has its
+// own splitmix64 stream seeded from one draw of LibTorch's default CPU generator, so a run is
+// reproducible from torch::manual_seed and independent of the thread count. ATen's CPU dropout
+// draws a float mask element by element from one locked Mersenne Twister (about 14% of a training
+// step on 2 cores) and saves it as float. Other devices and dtypes use torch::dropout.
+
+#include <ATen/Tensor.h>
+
+namespace fairseq_cpp::nn {
+
+// x with each element zeroed with probability p and the rest scaled by 1 / (1 - p) when
+// `training` and p > 0; x itself otherwise. Differentiable.
+at::Tensor dropout(const at::Tensor& x, double p, bool training);
+
+}  // namespace fairseq_cpp::nn

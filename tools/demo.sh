@@ -22,6 +22,12 @@ demo=${DEMO_DIR:-$root/data/demo}
 min_bleu=${DEMO_MIN_BLEU:-90}
 start=$(date +%s)
 step() { printf '\n== %s (%d s)\n' "$1" "$(($(date +%s) - start))"; }
+# logged LOG COMMAND...: runs the command with its standard error in LOG, shown if it fails.
+logged() {
+  local log=$1 code=0
+  shift
+  "$@" 2>"$log" || { code=$?; cat "$log" >&2; exit "$code"; }
+}
 
 if [ "${DEMO_SETUP:-1}" != 0 ]; then
   step "set-up and build"
@@ -34,10 +40,9 @@ step "demo corpus"
 step "SentencePiece and binarization"
 rm -rf "$demo/bin"
 # 600 pieces: the corpus has about 1,100 word types; most words stay whole, rare ones split.
-"$build/fairseq-cpp-preprocess" --source-lang en --target-lang de --joined-dictionary \
+logged "$demo/preprocess.log" "$build/fairseq-cpp-preprocess" --source-lang en --target-lang de --joined-dictionary \
   --trainpref "$demo/raw/train" --validpref "$demo/raw/valid" --testpref "$demo/raw/test" \
-  --destdir "$demo/bin" --spm-vocab-size 600 --workers 2 >"$demo/preprocess.log" 2>&1 ||
-  { code=$?; cat "$demo/preprocess.log" >&2; exit $code; }
+  --destdir "$demo/bin" --spm-vocab-size 600 --workers 2
 grep '\[preprocess\]' "$demo/preprocess.log"  # the rest is SentencePiece's trainer talking
 
 step "training"
@@ -46,9 +51,8 @@ rm -rf "$demo/checkpoints" "$demo/train.log"
   checkpoint.save_dir="$demo/checkpoints" common.log_file="$demo/train.log" "$@"
 
 step "translating the test split"
-"$build/fairseq-cpp-generate" "$demo/bin" --path "$demo/checkpoints/checkpoint_best.pt" --gen-subset test \
-  --beam 5 --batch-size 128 --remove-bpe sentencepiece --results-path "$demo" 2>"$demo/generate.log" ||
-  { code=$?; cat "$demo/generate.log" >&2; exit $code; }
+logged "$demo/generate.log" "$build/fairseq-cpp-generate" "$demo/bin" --path "$demo/checkpoints/checkpoint_best.pt" \
+  --gen-subset test --beam 5 --batch-size 128 --remove-bpe sentencepiece --results-path "$demo"
 out="$demo/generate-test.txt"
 grep '^H-' "$out" | sort -t- -k2 -n | cut -f3 >"$demo/test.hyp.de"
 "$build/fairseq-cpp-eval" score --sys "$demo/test.hyp.de" --ref "$demo/raw/test.de" | tee "$demo/test.score"

@@ -47,6 +47,13 @@ std::string timestamp() {
   return buf;
 }
 
+// Appends a finished line to the log file, if there is one; the caller holds s.mutex.
+void append_to_file(State& s, const std::string& line) {
+  if (s.file == nullptr) return;
+  std::fwrite(line.data(), 1, line.size(), s.file);
+  std::fflush(s.file);
+}
+
 }  // namespace
 
 void configure(const LogOptions& options) {
@@ -93,10 +100,7 @@ void write(Level level, std::string_view tag, std::string_view message) {
   if (s.live_line) std::fputs("\r\033[K", stderr);
   std::fwrite(line.data(), 1, line.size(), stderr);
   std::fflush(stderr);
-  if (s.file != nullptr) {
-    std::fwrite(line.data(), 1, line.size(), s.file);
-    std::fflush(s.file);
-  }
+  append_to_file(s, line);
 }
 
 void write_file_only(Level level, std::string_view tag, std::string_view message) {
@@ -104,10 +108,7 @@ void write_file_only(Level level, std::string_view tag, std::string_view message
   State& s = state();
   std::lock_guard<std::mutex> lock(s.mutex);
   if (s.file == nullptr) return;
-  std::string line = format_line(level, tag, message);
-  line += '\n';
-  std::fwrite(line.data(), 1, line.size(), s.file);
-  std::fflush(s.file);
+  append_to_file(s, format_line(level, tag, message) + '\n');
 }
 
 }  // namespace fairseq_cpp::log

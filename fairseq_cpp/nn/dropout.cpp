@@ -26,8 +26,9 @@ uint64_t draw_seed() {
 }
 
 // keep[i] = 1 with probability 1 - p: 32 random bits per element against p * 2^32.
-at::Tensor draw_mask(int64_t n, double p, uint64_t seed, const at::IntArrayRef sizes) {
+at::Tensor draw_mask(at::IntArrayRef sizes, double p, uint64_t seed) {
   at::Tensor mask = at::empty(sizes, at::TensorOptions().dtype(at::kByte));
+  const int64_t n = mask.numel();
   uint8_t* out = mask.data_ptr<uint8_t>();
   const auto threshold = static_cast<uint64_t>(p * 4294967296.0);
   at::parallel_for(0, (n + kBlock - 1) / kBlock, 1, [&](int64_t first, int64_t last) {
@@ -60,7 +61,7 @@ at::Tensor apply_mask(const at::Tensor& x, const at::Tensor& keep, float scale) 
 struct MaskedDropout : public torch::autograd::Function<MaskedDropout> {
   static at::Tensor forward(torch::autograd::AutogradContext* ctx, const at::Tensor& x, double p) {
     at::Tensor input = x.contiguous();
-    at::Tensor keep = draw_mask(input.numel(), p, draw_seed(), input.sizes());
+    at::Tensor keep = draw_mask(input.sizes(), p, draw_seed());
     const auto scale = static_cast<float>(1.0 / (1.0 - p));
     ctx->save_for_backward({keep});
     ctx->saved_data["scale"] = static_cast<double>(scale);

@@ -1,5 +1,6 @@
 #include "fairseq_cpp/criterions/cross_entropy.h"
 
+#include <algorithm>
 #include <cmath>
 
 #include <torch/torch.h>
@@ -85,6 +86,90 @@ struct FusedLabelSmoothedLoss : public torch::autograd::Function<FusedLabelSmoot
   }
 };
 
+// label_smoothed_nll_loss(log_softmax(h W^T)) over the non-padding rows h (N, C) as one autograd
+// node that never holds the (N, V) logits: they are computed `chunk_rows` rows at a time into one
+// buffer. The gradient with respect to the logits of the loss, A = p - (1 - eps) onehot - eps / V,
+// does not depend on anything backward brings except the incoming scalar, so the forward pass also
+// multiplies each chunk's A into dL/dh = A W and dL/dW = A^T h; backward only scales them. For the
+// nll output, B = p - onehot = A - eps onehot + eps / V, whose products are A's plus cheap terms:
+//   B W = A W - eps W[target] + eps / V sum_v W_v,   B^T h = A^T h - eps onehot^T h + eps / V 1 (sum_n h_n).
+struct LinearLabelSmoothedLoss : public torch::autograd::Function<LinearLabelSmoothedLoss> {
+  static torch::autograd::variable_list forward(torch::autograd::AutogradContext* ctx, const at::Tensor& features,
+                                                const at::Tensor& weight, const at::Tensor& target, double epsilon,
+                                                bool grad_enabled, bool count_correct, int64_t chunk_elements) {
+    const int64_t rows = features.size(0);
+    const int64_t vocab = weight.size(0);
+    const bool grad_h = grad_enabled && features.requires_grad();
+    const bool grad_w = grad_enabled && weight.requires_grad();
+    const int64_t chunk_rows = std::max<int64_t>(1, std::min(rows, chunk_elements / vocab));
+    const at::TensorOptions float_options = features.options().dtype(at::kFloat);
+    at::Tensor h = features.to(at::kFloat).contiguous();
+    at::Tensor w = weight.to(at::kFloat);
+    at::Tensor logits = at::empty({chunk_rows, vocab}, float_options);
+    at::Tensor lprobs = at::empty({chunk_rows, vocab}, float_options);
+    at::Tensor nll = at::zeros({}, float_options);
+    at::Tensor smooth = at::zeros({}, float_options);
+    at::Tensor correct = at::zeros({}, features.options().dtype(at::kLong));
+    at::Tensor dh = grad_h ? at::empty({rows, features.size(1)}, float_options) : at::Tensor();
+    at::Tensor dw = grad_w ? at::zeros({vocab, features.size(1)}, float_options) : at::Tensor();
+    for (int64_t start = 0; start < rows; start += chunk_rows) {
+      const int64_t n = std::min(chunk_rows, rows - start);
+      at::Tensor hc = h.narrow(0, start, n);
+      at::Tensor tc = target.narrow(0, start, n).unsqueeze(1);  // (n, 1)
+      at::Tensor zc = logits.narrow(0, 0, n);
+      at::Tensor lc = lprobs.narrow(0, 0, n);
+      at::mm_out(zc, hc, w.t());
+      if (count_correct) correct.add_(zc.argmax(1, true).eq(tc).sum());
+      at::_log_softmax_out(lc, zc, 1, false);
+      nll.sub_(lc.gather(1, tc).sum());
+      if (epsilon != 0.0) smooth.sub_(lc.sum());
+      if (!grad_h && !grad_w) continue;
+      at::Tensor a = at::exp_out(zc, lc);  // p, then A in place
+      if (epsilon != 0.0) a.sub_(epsilon / static_cast<double>(vocab));
+      a.scatter_add_(1, tc, at::full({n, 1}, epsilon - 1.0, float_options));
+      if (grad_h) {
+        at::Tensor dh_rows = dh.narrow(0, start, n);
+        at::mm_out(dh_rows, a, w);
+      }
+      if (grad_w) dw.addmm_(a.t(), hc);
+    }
+    at::Tensor loss = epsilon == 0.0 ? nll.clone() : (1.0 - epsilon) * nll + (epsilon / vocab) * smooth;
+    ctx->saved_data["epsilon"] = epsilon;
+    ctx->saved_data["dh"] = dh;
+    ctx->saved_data["dw"] = dw;
+    if (grad_h || grad_w) ctx->save_for_backward({h, w, target});
+    ctx->mark_non_differentiable({correct});
+    return {loss, nll, correct};
+  }
+
+  static torch::autograd::variable_list backward(torch::autograd::AutogradContext* ctx,
+                                                 torch::autograd::variable_list grads) {
+    const double eps = ctx->saved_data["epsilon"].toDouble();
+    at::Tensor dh = ctx->saved_data["dh"].toTensor();
+    at::Tensor dw = ctx->saved_data["dw"].toTensor();
+    const at::Tensor& g_loss = grads[0];
+    const at::Tensor& g_nll = grads[1];
+    at::Tensor scale = g_loss.defined() ? g_loss : at::Tensor();
+    if (g_nll.defined()) scale = scale.defined() ? scale + g_nll : g_nll;
+    at::Tensor grad_h = dh.defined() && scale.defined() ? dh * scale : at::Tensor();
+    at::Tensor grad_w = dw.defined() && scale.defined() ? dw * scale : at::Tensor();
+    if (g_nll.defined() && eps != 0.0) {
+      auto saved = ctx->get_saved_variables();
+      const at::Tensor& h = saved[0];
+      const at::Tensor& w = saved[1];
+      const at::Tensor& target = saved[2];
+      at::Tensor s = g_nll * eps;
+      const double inv_vocab = 1.0 / static_cast<double>(w.size(0));
+      if (grad_h.defined()) grad_h.add_((w.sum(0, true) * inv_vocab - w.index_select(0, target)) * s);
+      if (grad_w.defined()) {
+        at::Tensor onehot_h = at::zeros_like(w).index_add_(0, target, h);
+        grad_w.add_((h.sum(0, true) * inv_vocab - onehot_h) * s);
+      }
+    }
+    return {grad_h, grad_w, at::Tensor(), at::Tensor(), at::Tensor(), at::Tensor(), at::Tensor()};
+  }
+};
+
 }  // namespace
 
 Criterion::Criterion(const CriterionOptions& options) : options_(options) {
@@ -100,33 +185,50 @@ Criterion::Criterion(const CriterionOptions& options) : options_(options) {
   }
 }
 
-LossOutput Criterion::operator()(const at::Tensor& logits_in, const at::Tensor& target_in) const {
-  at::Tensor logits = logits_in.to(torch::kFloat32);  // (B, T, V)
+LossOutput Criterion::operator()(const at::Tensor& logits, const at::Tensor& target) const {
+  return (*this)(logits, at::Tensor(), target);
+}
+
+LossOutput Criterion::operator()(const at::Tensor& features_in, const at::Tensor& output_weight,
+                                 const at::Tensor& target_in) const {
+  at::Tensor features = features_in;  // (B, T, C), or the logits (B, T, V)
   at::Tensor target = target_in;
   if (options_.ignore_prefix_size > 0) {
-    logits = logits.narrow(1, options_.ignore_prefix_size, logits.size(1) - options_.ignore_prefix_size);
+    features = features.narrow(1, options_.ignore_prefix_size, features.size(1) - options_.ignore_prefix_size);
     target = target.narrow(1, options_.ignore_prefix_size, target.size(1) - options_.ignore_prefix_size);
   }
-  const int64_t vocab = logits.size(-1);
-  at::Tensor flat_logits = logits.reshape({-1, vocab});  // (B, T, V) -> (B * T, V)
-  at::Tensor flat_target = target.reshape({-1});         // (B, T) -> (B * T)
+  at::Tensor flat_features = features.reshape({-1, features.size(-1)});  // (B, T, C) -> (B * T, C)
+  at::Tensor flat_target = target.reshape({-1});                         // (B, T) -> (B * T)
   const double eps = options_.name == "label_smoothed_cross_entropy" ? options_.label_smoothing : 0.0;
-  auto losses = FusedLabelSmoothedLoss::apply(flat_logits, flat_target, eps, options_.padding_idx);
-  const at::Tensor& loss = losses[0];
-  const at::Tensor& nll = losses[1];
 
   LossOutput out;
-  out.loss = loss;
-  out.nll_loss = nll;
   at::Tensor keep = flat_target.ne(options_.padding_idx);
   out.stats.ntokens = keep.sum().item<int64_t>();
   out.stats.nsentences = target_in.size(0);
   out.stats.sample_size = options_.sentence_avg ? out.stats.nsentences : out.stats.ntokens;
-  out.stats.loss_sum = loss.detach().item<double>();
-  out.stats.nll_loss_sum = nll.detach().item<double>();
-  if (options_.report_accuracy) {
-    out.stats.n_correct = flat_logits.argmax(-1).eq(flat_target).logical_and(keep).sum().item<int64_t>();
+  if (output_weight.defined()) {
+    if (out.stats.ntokens < flat_target.size(0)) {
+      at::Tensor rows = keep.nonzero().squeeze(1);
+      flat_features = flat_features.index_select(0, rows);
+      flat_target = flat_target.index_select(0, rows);
+    }
+    auto losses = LinearLabelSmoothedLoss::apply(flat_features, output_weight, flat_target, eps,
+                                                 torch::GradMode::is_enabled(), options_.report_accuracy,
+                                                 options_.chunk_elements);
+    out.loss = losses[0];
+    out.nll_loss = losses[1];
+    if (options_.report_accuracy) out.stats.n_correct = losses[2].item<int64_t>();
+  } else {
+    at::Tensor logits = flat_features.to(torch::kFloat32);
+    auto losses = FusedLabelSmoothedLoss::apply(logits, flat_target, eps, options_.padding_idx);
+    out.loss = losses[0];
+    out.nll_loss = losses[1];
+    if (options_.report_accuracy) {
+      out.stats.n_correct = logits.argmax(-1).eq(flat_target).logical_and(keep).sum().item<int64_t>();
+    }
   }
+  out.stats.loss_sum = out.loss.detach().item<double>();
+  out.stats.nll_loss_sum = out.nll_loss.detach().item<double>();
   return out;
 }
 

@@ -7,6 +7,7 @@
 
 #include <cstdint>
 #include <string>
+#include <utility>
 
 #include <ATen/Tensor.h>
 
@@ -21,6 +22,7 @@ struct CriterionOptions {
   int64_t padding_idx = 1;             // target positions with this id are left out
   int64_t ignore_prefix_size = 0;      // leave out the first N target positions of every sentence
   bool report_accuracy = false;        // also count correctly predicted tokens (n_correct)
+  int64_t chunk_elements = int64_t{1} << 22;  // from features: logits projected this many at a time
 };
 
 CriterionOptions criterion_options(const config::CriterionConfig& criterion,
@@ -52,6 +54,12 @@ class Criterion {
   explicit Criterion(const CriterionOptions& options);
   // logits (B, T, V), target (B, T) -> summed losses over non-padding targets.
   LossOutput operator()(const at::Tensor& logits, const at::Tensor& target) const;
+  // The same from the decoder's features (B, T, C) and the output projection's weight (V, C),
+  // logits = features @ output_weight^T, without ever holding the (B, T, V) logits: they exist a
+  // chunk of rows at a time, and padding rows are never projected. An undefined output_weight
+  // means `features` are the logits.
+  LossOutput operator()(const at::Tensor& features, const at::Tensor& output_weight,
+                        const at::Tensor& target) const;
   const CriterionOptions& options() const { return options_; }
 
  private:

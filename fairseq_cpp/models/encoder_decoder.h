@@ -19,6 +19,12 @@ struct EncoderOut {
   at::Tensor padding_mask;  // (B, S) bool, true at source padding
 };
 
+// Teacher-forced decoder output before the output projection: logits = features @ output_weight^T.
+struct DecoderFeatures {
+  at::Tensor features;       // (B, T, C)
+  at::Tensor output_weight;  // (V, C); undefined when `features` are already the logits (B, T, V)
+};
+
 // The decoder's per-layer caches during incremental decoding; starts empty.
 struct IncrementalState {
   std::vector<nn::DecoderLayerCache> layers;
@@ -35,6 +41,11 @@ class EncoderDecoderModel : public torch::nn::Module {
   virtual EncoderOut encode(const at::Tensor& src_tokens, const at::Tensor& src_lengths) = 0;
   // Teacher-forced decoding: prev_output_tokens (B, T) -> logits (B, T, V).
   virtual at::Tensor decode(const at::Tensor& prev_output_tokens, const EncoderOut& encoder_out) = 0;
+  // The same up to the output projection, for a loss that projects chunk by chunk; by default
+  // the logits themselves.
+  virtual DecoderFeatures decode_features(const at::Tensor& prev_output_tokens, const EncoderOut& encoder_out) {
+    return {decode(prev_output_tokens, encoder_out), at::Tensor()};
+  }
   // One step: prev_output_tokens (B, t) holds every token so far (only the last one is embedded);
   // returns logits (B, 1, V) for position t and extends `state`.
   virtual at::Tensor decode_step(const at::Tensor& prev_output_tokens, const EncoderOut& encoder_out,
@@ -48,6 +59,10 @@ class EncoderDecoderModel : public torch::nn::Module {
   at::Tensor forward(const at::Tensor& src_tokens, const at::Tensor& src_lengths,
                      const at::Tensor& prev_output_tokens) {
     return decode(prev_output_tokens, encode(src_tokens, src_lengths));
+  }
+  DecoderFeatures forward_features(const at::Tensor& src_tokens, const at::Tensor& src_lengths,
+                                   const at::Tensor& prev_output_tokens) {
+    return decode_features(prev_output_tokens, encode(src_tokens, src_lengths));
   }
 
   virtual int64_t max_source_positions() const = 0;

@@ -223,6 +223,15 @@ TransformerDecoderImpl::TransformerDecoderImpl(const TransformerOptions& options
 
 at::Tensor TransformerDecoderImpl::forward(const at::Tensor& tokens, const EncoderOut& encoder_out,
                                            IncrementalState* state) {
+  return torch::nn::functional::linear(features(tokens, encoder_out, state), output_weight());  // (B, T, V)
+}
+
+const at::Tensor& TransformerDecoderImpl::output_weight() const {
+  return options_.share_decoder_input_output_embed ? embed_tokens_->weight : embed_out_;
+}
+
+at::Tensor TransformerDecoderImpl::features(const at::Tensor& tokens, const EncoderOut& encoder_out,
+                                            IncrementalState* state) {
   const bool incremental = state != nullptr;
   at::Tensor positions;
   at::Tensor input = tokens;
@@ -252,8 +261,7 @@ at::Tensor TransformerDecoderImpl::forward(const at::Tensor& tokens, const Encod
   if (incremental) state->steps = tokens.size(1);
   if (layer_norm_) x = layer_norm_->forward(x);
   if (project_out_dim_) x = project_out_dim_->forward(x);
-  const at::Tensor& out_weight = options_.share_decoder_input_output_embed ? embed_tokens_->weight : embed_out_;
-  return torch::nn::functional::linear(x, out_weight);  // (B, T, V)
+  return x;
 }
 
 TransformerModel::TransformerModel(const TransformerOptions& options, const Vocabularies& vocabularies)
@@ -281,6 +289,11 @@ EncoderOut TransformerModel::encode(const at::Tensor& src_tokens, const at::Tens
 
 at::Tensor TransformerModel::decode(const at::Tensor& prev_output_tokens, const EncoderOut& encoder_out) {
   return decoder_->forward(prev_output_tokens, encoder_out);
+}
+
+DecoderFeatures TransformerModel::decode_features(const at::Tensor& prev_output_tokens,
+                                                 const EncoderOut& encoder_out) {
+  return {decoder_->features(prev_output_tokens, encoder_out), decoder_->output_weight()};
 }
 
 at::Tensor TransformerModel::decode_step(const at::Tensor& prev_output_tokens, const EncoderOut& encoder_out,

@@ -92,6 +92,9 @@ class TransformerDecoderImpl : public torch::nn::Module {
   // Full: tokens (B, T) -> logits (B, T, V). Incremental (state given): only the last token of
   // `tokens` is decoded -> (B, 1, V).
   at::Tensor forward(const at::Tensor& tokens, const EncoderOut& encoder_out, IncrementalState* state = nullptr);
+  // forward() without the output projection: (B, T, decoder_output_dim); logits = it @ output_weight()^T.
+  at::Tensor features(const at::Tensor& tokens, const EncoderOut& encoder_out, IncrementalState* state = nullptr);
+  const at::Tensor& output_weight() const;
 
  private:
   TransformerOptions options_;
@@ -114,6 +117,7 @@ class TransformerModel : public EncoderDecoderModel {
 
   EncoderOut encode(const at::Tensor& src_tokens, const at::Tensor& src_lengths) override;
   at::Tensor decode(const at::Tensor& prev_output_tokens, const EncoderOut& encoder_out) override;
+  DecoderFeatures decode_features(const at::Tensor& prev_output_tokens, const EncoderOut& encoder_out) override;
   at::Tensor decode_step(const at::Tensor& prev_output_tokens, const EncoderOut& encoder_out,
                          IncrementalState& state) override;
   int64_t max_source_positions() const override { return options_.max_source_positions; }

@@ -97,9 +97,9 @@ std::vector<SubsetLoss> validate(const config::Config& cli) {
     for (const auto& indices : dataset.make_batches(static_cast<uint32_t>(cli.common.seed), false, filter, batching)) {
       data::Batch batch = dataset.collate(indices);
       if (batch.empty()) continue;
-      at::Tensor logits = loaded.model->forward(batch.src_tokens.to(device), batch.src_lengths.to(device),
-                                                batch.prev_output_tokens.to(device));
-      result.stats.add(criterion(logits, batch.target.to(device)).stats);
+      models::DecoderFeatures decoded = loaded.model->forward_features(
+          batch.src_tokens.to(device), batch.src_lengths.to(device), batch.prev_output_tokens.to(device));
+      result.stats.add(criterion(decoded.features, decoded.output_weight, batch.target.to(device)).stats);
       ++result.batches;
     }
     results.push_back(result);

@@ -33,9 +33,12 @@ Trainer::Trainer(const TrainerOptions& options, std::shared_ptr<models::EncoderD
       gang_(gang),
       params_(models::unique_parameters(*model_)),
       device_(gang.device()) {
-  int64_t numel = 0;
-  for (const auto& p : params_) numel += p.numel();
-  grad_sum_ = at::zeros({numel}, at::TensorOptions().dtype(at::kDouble).device(device_));
+  for (auto& p : params_) {
+    num_scalars_ += p.numel();
+    // Allocated now, beside the parameters, rather than during the first backward among that
+    // update's activations, where they would pin the heap's high end for the whole run.
+    if (p.requires_grad() && !p.grad().defined()) p.mutable_grad() = at::zeros_like(p);
+  }
   optimizer_->set_lr(lr_scheduler_->step_update(0));
 }
 
@@ -57,21 +60,26 @@ StepStats Trainer::train_step(const std::vector<data::Batch>& samples) {
   // Dropout of update n draws from seed + n on every rank: a resumed run repeats it exactly.
   torch::manual_seed(static_cast<uint64_t>(options_.seed + num_updates_));
   optimizer_->zero_grad();
-  grad_sum_.zero_();
+  // A sum of several float32 gradients (micro-batches, workers) is taken in float64; a single
+  // one is its own sum, and 8 bytes per parameter are saved.
+  const bool one_term = gang_.size() == 1 && samples.size() == 1;
+  if (!one_term && !grad_sum_.defined())
+    grad_sum_ = at::zeros({num_scalars_}, at::TensorOptions().dtype(at::kDouble).device(device_));
+  if (grad_sum_.defined()) grad_sum_.zero_();
 
   criterions::LossStats local;
   bool oom = false;
   for (const data::Batch& batch : samples) {
     if (batch.empty()) continue;  // a dummy from a short shard: joins the collectives below with weight 0
     try {
-      // The logits (B, T, V) die with this statement, before backward: the loss node keeps
-      // only the log-probabilities, so the batch's largest tensor is not held twice.
-      criterions::LossOutput out = criterion_(model_->forward(batch.src_tokens.to(device_),
-                                                              batch.src_lengths.to(device_),
-                                                              batch.prev_output_tokens.to(device_)),
-                                              batch.target.to(device_));
+      // The (B, T, V) logits never exist at once: the loss projects the decoder's features a
+      // chunk of rows at a time.
+      models::DecoderFeatures decoded = model_->forward_features(
+          batch.src_tokens.to(device_), batch.src_lengths.to(device_), batch.prev_output_tokens.to(device_));
+      criterions::LossOutput out = criterion_(decoded.features, decoded.output_weight, batch.target.to(device_));
+      decoded = {};
       out.loss.backward();
-      accumulate_gradients();
+      if (!one_term) accumulate_gradients();
       local.add(out.stats);
     } catch (const std::bad_alloc&) {
       oom = true;
@@ -85,7 +93,7 @@ StepStats Trainer::train_step(const std::vector<data::Batch>& samples) {
     log::warning("trainer", "out of memory on rank {} at update {}; every rank skips this update", gang_.rank(),
                  num_updates_ + 1);
     local = criterions::LossStats{};
-    grad_sum_.zero_();
+    if (grad_sum_.defined()) grad_sum_.zero_();
   }
 
   // One collective for the logging outputs; it also tells every rank about out-of-memory.
@@ -109,7 +117,7 @@ StepStats Trainer::train_step(const std::vector<data::Batch>& samples) {
     stats.skipped = true;
     return stats;
   }
-  all_reduce_gradients(static_cast<double>(stats.loss.sample_size));
+  all_reduce_gradients(static_cast<double>(stats.loss.sample_size), one_term);
   stats.gnorm = optim::clip_grad_norm(params_, options_.clip_norm);
   stats.clipped = options_.clip_norm > 0 && stats.gnorm > options_.clip_norm;
   // The gradients, hence the norm, are the same on every rank: so is this decision.
@@ -149,7 +157,13 @@ void Trainer::accumulate_gradients() {
   }
 }
 
-void Trainer::all_reduce_gradients(double denominator) {
+void Trainer::all_reduce_gradients(double denominator, bool one_term) {
+  if (one_term) {
+    for (at::Tensor& p : params_) {
+      if (p.grad().defined()) p.mutable_grad().div_(denominator);
+    }
+    return;
+  }
   // The float64 sums of every rank added in buckets of about bucket_cap_mb, scaled, and written
   // back as the parameters' gradients. A rank whose micro-batches were all dummies adds zeros.
   const int64_t cap = std::max<int64_t>(1, static_cast<int64_t>(options_.bucket_cap_mb * 1024 * 1024 / 8));
@@ -187,9 +201,9 @@ criterions::LossStats Trainer::valid_step(const data::Batch& batch) {
   if (batch.empty()) return {};
   model_->eval();
   torch::NoGradGuard no_grad;
-  at::Tensor logits = model_->forward(batch.src_tokens.to(device_), batch.src_lengths.to(device_),
-                                      batch.prev_output_tokens.to(device_));
-  return criterion_(logits, batch.target.to(device_)).stats;
+  models::DecoderFeatures decoded = model_->forward_features(
+      batch.src_tokens.to(device_), batch.src_lengths.to(device_), batch.prev_output_tokens.to(device_));
+  return criterion_(decoded.features, decoded.output_weight, batch.target.to(device_)).stats;
 }
 
 }  // namespace fairseq_cpp::trainer

@@ -67,8 +67,9 @@ class Trainer {
   // Adds the gradients of the micro-batch just run to grad_sum_ and clears them.
   void accumulate_gradients();
   // Sums grad_sum_ of every rank in flat buckets, scales it by 1 / `denominator` and writes it to
-  // the parameters' gradients.
-  void all_reduce_gradients(double denominator);
+  // the parameters' gradients. With `one_term` (one worker, one micro-batch) the gradients are the
+  // sum already: they are only scaled, and grad_sum_ is never allocated.
+  void all_reduce_gradients(double denominator, bool one_term);
   // Compares a checksum of the parameters across ranks; throws OperationalError with a table.
   void check_parameters_agree();
 
@@ -79,7 +80,8 @@ class Trainer {
   std::unique_ptr<optim::LrScheduler> lr_scheduler_;
   distributed::Gang& gang_;
   std::vector<at::Tensor> params_;  // unique parameters, in a fixed order on every rank
-  at::Tensor grad_sum_;             // (all parameters,) float64: this update's gradient sum
+  at::Tensor grad_sum_;             // (all parameters,) float64: this update's gradient sum, once needed
+  int64_t num_scalars_ = 0;         // scalars in params_
   c10::Device device_;
   int64_t num_updates_ = 0;
   int64_t nonfinite_in_a_row_ = 0;

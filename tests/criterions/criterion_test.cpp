@@ -2,6 +2,8 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <tuple>
+#include <utility>
 
 #include <torch/torch.h>
 
@@ -109,6 +111,65 @@ TEST(Criterion, FusedGradientEqualsAutogradOfTheComposition) {
       EXPECT_EQ(fused_in.grad()[2][4].abs().sum().item<double>(), 0.0);  // padding rows get no gradient
     }
   }
+}
+
+// From features and the output weight, projected 3 rows at a time (7 non-padding rows: chunks of
+// 3, 3 and 1): the losses, accuracy and gradients with respect to both the features and the
+// weight equal autograd through linear, log_softmax and label_smoothed_nll_loss.
+TEST(Criterion, ChunkedProjectionEqualsAutogradOfLinearAndLoss) {
+  torch::manual_seed(4);
+  for (double eps : {0.0, 0.1}) {
+    for (auto [a, b] : {std::pair{1.0, 0.0}, std::pair{0.0, 1.0}, std::pair{0.7, -0.3}}) {
+      at::Tensor base_h = torch::randn({2, 5, 6});
+      at::Tensor base_w = torch::randn({11, 6});
+      at::Tensor target = torch::randint(1, 11, {2, 5}, torch::kLong);
+      target[0][4] = 0;  // padding rows (padding_idx 0)
+      target[1][3] = 0;
+      target[1][4] = 0;
+      CriterionOptions o = options("label_smoothed_cross_entropy", eps);
+      o.chunk_elements = 3 * 11;
+      o.report_accuracy = true;
+      at::Tensor h = base_h.clone().requires_grad_(true);
+      at::Tensor w = base_w.clone().requires_grad_(true);
+      LossOutput out = Criterion(o)(h, w, target);
+      (a * out.loss + b * out.nll_loss).backward();
+
+      at::Tensor plain_h = base_h.clone().requires_grad_(true);
+      at::Tensor plain_w = base_w.clone().requires_grad_(true);
+      at::Tensor logits = torch::matmul(plain_h, plain_w.t());
+      auto [loss, nll] = label_smoothed_nll_loss(torch::log_softmax(logits, -1).view({-1, 11}), target.view(-1),
+                                                 eps, 0);
+      (a * loss + b * nll).backward();
+      EXPECT_NEAR(out.loss.item<double>(), loss.item<double>(), 1e-4);
+      EXPECT_NEAR(out.nll_loss.item<double>(), nll.item<double>(), 1e-4);
+      EXPECT_EQ(out.stats.ntokens, 7);
+      EXPECT_EQ(out.stats.n_correct,
+                logits.argmax(-1).eq(target).logical_and(target.ne(0)).sum().item<int64_t>());
+      for (auto [fused, plain, name] : {std::tuple{h, plain_h, "features"}, std::tuple{w, plain_w, "weight"}}) {
+        EXPECT_TRUE(torch::allclose(fused.grad(), plain.grad(), 1e-5, 1e-5))
+            << name << ", eps " << eps << " a " << a << " b " << b << ": max difference "
+            << (fused.grad() - plain.grad()).abs().max().item<double>();
+      }
+      EXPECT_EQ(h.grad()[1][4].abs().sum().item<double>(), 0.0);  // padding rows get no gradient
+    }
+  }
+}
+
+// Without gradients (validation) the chunked path gives the same sums as the logits path.
+TEST(Criterion, ChunkedProjectionWithoutGradientsMatchesTheLogitsPath) {
+  torch::NoGradGuard no_grad;
+  torch::manual_seed(5);
+  at::Tensor h = torch::randn({3, 4, 6});
+  at::Tensor w = torch::randn({9, 6});
+  at::Tensor target = torch::randint(0, 9, {3, 4}, torch::kLong);
+  CriterionOptions o = options("label_smoothed_cross_entropy", 0.1);
+  o.chunk_elements = 5 * 9;
+  LossOutput chunked = Criterion(o)(h, w, target);
+  LossOutput whole = Criterion(o)(torch::matmul(h, w.t()), target);
+  EXPECT_NEAR(chunked.stats.loss_sum, whole.stats.loss_sum, 1e-4);
+  EXPECT_NEAR(chunked.stats.nll_loss_sum, whole.stats.nll_loss_sum, 1e-4);
+  EXPECT_EQ(chunked.stats.ntokens, whole.stats.ntokens);
+  EXPECT_FALSE(chunked.loss.requires_grad());
 }
 
 TEST(Criterion, SentenceAvgAndStatsAccumulate) {

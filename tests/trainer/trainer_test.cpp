@@ -225,6 +225,12 @@ class FaultyModel : public models::TransformerModel {
     at::Tensor logits = models::TransformerModel::decode(prev_output_tokens, encoder_out);
     return nan ? logits * std::nan("") : logits;
   }
+  models::DecoderFeatures decode_features(const at::Tensor& prev_output_tokens,
+                                          const models::EncoderOut& encoder_out) override {
+    models::DecoderFeatures out = models::TransformerModel::decode_features(prev_output_tokens, encoder_out);
+    if (nan) out.features = out.features * std::nan("");
+    return out;
+  }
 };
 
 std::shared_ptr<FaultyModel> make_faulty_model() {

@@ -4,6 +4,6 @@
 
 int main(int argc, char** argv) {
   using namespace fairseq_cpp::tasks;
-  fairseq_cpp::core::reexec_with_passive_openmp(argc, argv);
+  fairseq_cpp::core::reexec_with_cpu_runtime_settings(argc, argv);
   return run_program(argc, argv, generate_spec(), generate_main);
 }

@@ -1,5 +1,6 @@
 #include "fairseq_cpp/core/runtime.h"
 
+#include <dlfcn.h>
 #include <sched.h>
 #include <unistd.h>
 
@@ -33,13 +34,36 @@ std::string loaded_blas_library() {
 
 }  // namespace
 
-void reexec_with_passive_openmp(int argc, char** argv) {
-  if (std::getenv("OMP_WAIT_POLICY") != nullptr) return;
-  setenv("OMP_WAIT_POLICY", "PASSIVE", 1);
+bool set_cpu_runtime_settings() {
+  bool changed = false;
+  for (const auto& [name, value] : kCpuRuntimeSettings) {
+    if (std::getenv(name) != nullptr) continue;
+    setenv(name, value, 1);
+    changed = true;
+  }
+  return changed;
+}
+
+void reexec_with_cpu_runtime_settings(int argc, char** argv) {
+  if (!set_cpu_runtime_settings()) return;
   std::vector<char*> args(argv, argv + argc);
   args.push_back(nullptr);
   execv("/proc/self/exe", args.data());
-  // exec failed: carry on with the busy-waiting default.
+  // exec failed: carry on with the spinning defaults.
+}
+
+std::string allocator_description() {
+  using Mallctl = int (*)(const char*, void*, size_t*, void*, size_t);
+  auto mallctl = reinterpret_cast<Mallctl>(dlsym(RTLD_DEFAULT, "mallctl"));
+  if (mallctl == nullptr) return "glibc malloc";
+  unsigned narenas = 0;
+  size_t narenas_size = sizeof(narenas);
+  ssize_t decay = 0;
+  size_t decay_size = sizeof(decay);
+  if (mallctl("opt.narenas", &narenas, &narenas_size, nullptr, 0) != 0 ||
+      mallctl("opt.dirty_decay_ms", &decay, &decay_size, nullptr, 0) != 0)
+    return "jemalloc";
+  return "jemalloc (narenas " + std::to_string(narenas) + ", dirty_decay_ms " + std::to_string(decay) + ")";
 }
 
 int available_cores() {

@@ -7,11 +7,23 @@
 
 namespace fairseq_cpp::core {
 
-// LibTorch's OpenMP threads busy-wait between parallel regions and take the cores from
-// OpenBLAS's own threads: a Multi30k training step ran 1.44x faster with OMP_WAIT_POLICY=PASSIVE.
-// libgomp reads the variable when it loads, before main, so a program that computes calls this
-// first: unless the user set OMP_WAIT_POLICY, it sets PASSIVE and re-executes itself once.
-void reexec_with_passive_openmp(int argc, char** argv);
+// Idle threads of the two thread pools must not spin against the busy ones:
+// - LibTorch's OpenMP threads busy-wait between parallel regions and take the cores from
+//   OpenBLAS's threads: a Multi30k training step ran 1.44x faster with OMP_WAIT_POLICY=PASSIVE;
+// - OpenBLAS's idle workers call sched_yield in a loop for 2^28 cycles before they sleep, against
+//   LibTorch's elementwise work: OPENBLAS_THREAD_TIMEOUT=4 (its minimum, 2^4 cycles) took 10% off
+//   the wall time of 16 Multi30k updates and three quarters of the system time.
+// Both libraries read their variable when they load, before main, so a program that computes
+// calls this first: unless the user set them, it sets those values and re-executes itself once.
+inline constexpr const char* kCpuRuntimeSettings[][2] = {{"OMP_WAIT_POLICY", "PASSIVE"},
+                                                        {"OPENBLAS_THREAD_TIMEOUT", "4"}};
+void reexec_with_cpu_runtime_settings(int argc, char** argv);
+// Sets the variables of kCpuRuntimeSettings the user did not set; returns whether any was set.
+bool set_cpu_runtime_settings();
+
+// The malloc this process runs on: "jemalloc (narenas 1, dirty_decay_ms -1)" when the programs
+// linked jemalloc (cli/allocator.cpp), else "glibc malloc".
+std::string allocator_description();
 
 // Cores this process may run on (its CPU affinity mask).
 int available_cores();

@@ -17,6 +17,7 @@
 
 #include "fairseq_cpp/core/logging.h"
 #include "fairseq_cpp/core/meters.h"
+#include "fairseq_cpp/core/runtime.h"
 #include "fairseq_cpp/distributed/distributed_utils.h"
 
 namespace fairseq_cpp::distributed {
@@ -90,8 +91,8 @@ void drain(Child& c, int& fd, std::string& partial, int to_fd) {
   setenv("RANK", std::to_string(t.rank + local).c_str(), 1);
   setenv("LOCAL_RANK", std::to_string(local).c_str(), 1);
   setenv("LOCAL_WORLD_SIZE", std::to_string(t.spawn).c_str(), 1);
-  // Busy-waiting OpenMP threads slow down neighbours on a shared machine (LIBTORCH.md, trap 2).
-  setenv("OMP_WAIT_POLICY", "PASSIVE", 0);
+  // Spinning idle threads slow down neighbours on a shared machine (LIBTORCH.md, trap 2).
+  core::set_cpu_runtime_settings();
   std::vector<char*> args;
   for (const auto& a : argv) args.push_back(const_cast<char*>(a.c_str()));
   args.push_back(nullptr);

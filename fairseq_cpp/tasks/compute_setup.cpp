@@ -2,6 +2,9 @@
 
 #include <algorithm>
 #include <cstdlib>
+#include <string>
+
+#include <fmt/format.h>
 
 #include "fairseq_cpp/core/logging.h"
 #include "fairseq_cpp/core/runtime.h"
@@ -21,8 +24,12 @@ int local_processes_hint(const config::Config& cfg) {
 
 int setup_compute(const config::Config& cfg) {
   int threads = core::configure_cpu_threads(static_cast<int>(cfg.common.cpu_threads), local_processes_hint(cfg));
-  const char* wait_policy = std::getenv("OMP_WAIT_POLICY");
-  log::info("runtime", "{} intra-op CPU threads, OMP_WAIT_POLICY={}", threads, wait_policy ? wait_policy : "unset");
+  std::string settings;
+  for (const auto& [name, value] : core::kCpuRuntimeSettings) {
+    const char* set = std::getenv(name);
+    settings += fmt::format(", {}={}", name, set ? set : "unset");
+  }
+  log::info("runtime", "{} intra-op CPU threads{}; {}", threads, settings, core::allocator_description());
   core::warn_if_slow_blas();
   return threads;
 }

@@ -171,13 +171,28 @@ TEST(Cli, WarnsOnTheSlowReferenceBlas) {
   EXPECT_NE(fast.err.find("[runtime] 1 intra-op CPU threads, OMP_WAIT_POLICY=PASSIVE"), std::string::npos) << fast.err;
 }
 
-// Idle OpenMP threads must not spin against OpenBLAS's: computing programs re-execute themselves
-// with OMP_WAIT_POLICY=PASSIVE unless the user chose a policy.
-TEST(Cli, OpenMpWaitsPassivelyUnlessTheUserSaysOtherwise) {
-  auto r = run({program("fairseq-cpp-train"), "common.cpu_threads=1"}, {{"OMP_WAIT_POLICY", ""}});
-  EXPECT_NE(r.err.find("OMP_WAIT_POLICY=PASSIVE"), std::string::npos) << r.err;
-  r = run({program("fairseq-cpp-train"), "common.cpu_threads=1"}, {{"OMP_WAIT_POLICY", "ACTIVE"}});
-  EXPECT_NE(r.err.find("OMP_WAIT_POLICY=ACTIVE"), std::string::npos) << r.err;
+// Idle OpenMP and OpenBLAS threads must not spin against the busy ones: computing programs
+// re-execute themselves with OMP_WAIT_POLICY=PASSIVE and OPENBLAS_THREAD_TIMEOUT=4 unless the user
+// chose otherwise.
+TEST(Cli, IdleThreadsWaitPassivelyUnlessTheUserSaysOtherwise) {
+  auto r = run({program("fairseq-cpp-train"), "common.cpu_threads=1"},
+               {{"OMP_WAIT_POLICY", ""}, {"OPENBLAS_THREAD_TIMEOUT", ""}});
+  EXPECT_NE(r.err.find("OMP_WAIT_POLICY=PASSIVE, OPENBLAS_THREAD_TIMEOUT=4"), std::string::npos) << r.err;
+  r = run({program("fairseq-cpp-train"), "common.cpu_threads=1"},
+          {{"OMP_WAIT_POLICY", "ACTIVE"}, {"OPENBLAS_THREAD_TIMEOUT", "28"}});
+  EXPECT_NE(r.err.find("OMP_WAIT_POLICY=ACTIVE, OPENBLAS_THREAD_TIMEOUT=28"), std::string::npos) << r.err;
+}
+
+// The programs that run a model allocate through jemalloc with cli/allocator.cpp's settings
+// (tools/setup.sh installs it; the build falls back to glibc only where it is missing).
+TEST(Cli, ProgramsRunOnJemallocWithOneArenaAndNoDecay) {
+  for (const char* name : {"fairseq-cpp-train", "fairseq-cpp-eval"}) {
+    std::vector<std::string> argv{program(name)};
+    if (std::string(name) == "fairseq-cpp-eval") argv = {program(name), "validate", "/nonexistent", "--path", "x"};
+    else argv.push_back("common.cpu_threads=1");
+    auto r = run(argv);
+    EXPECT_NE(r.err.find("; jemalloc (narenas 1, dirty_decay_ms -1)"), std::string::npos) << name << ": " << r.err;
+  }
 }
 
 }  // namespace

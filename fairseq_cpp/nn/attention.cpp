@@ -30,6 +30,7 @@ at::Tensor attention(const at::Tensor& q, const at::Tensor& k, const at::Tensor&
   if (mask.defined()) allowed = mask.logical_not();
   return at::scaled_dot_product_attention(q, k, v, allowed, training ? dropout : 0.0, false);
 #else
+  if (cpu_attention_applies(q, k, v)) return cpu_attention(q, k, v, mask, dropout, training);
   return attention_reference(q, k, v, mask, dropout, training);
 #endif
 }

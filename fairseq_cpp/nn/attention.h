@@ -11,10 +11,17 @@ namespace fairseq_cpp::nn {
 
 // Attention weights softmax(q k^T * scale + masks) v over (B, H, Tq, D) queries and (B, H, Tk, D)
 // keys/values; `mask` is boolean, true = may not attend, broadcastable to (B, H, Tq, Tk), or
-// undefined. Uses the fused at::scaled_dot_product_attention where LibTorch has it (2.0+), the
-// matmul-softmax-matmul path otherwise; both give the same results.
+// undefined. Uses the fused at::scaled_dot_product_attention where LibTorch has it (2.0+),
+// otherwise cpu_attention for float32 CPU tensors and the matmul-softmax-matmul path for the rest;
+// all give the same results up to float rounding.
 at::Tensor attention(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v, const at::Tensor& mask,
                      double dropout, bool training);
+// One autograd node with one BLAS GEMM per (batch, head), for float32 CPU tensors, used by
+// attention() on LibTorch 1.x whose CPU bmm dispatches per batch element (attention_cpu.cpp);
+// applies when the BLAS exports sgemm_ and the shapes agree.
+bool cpu_attention_applies(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v);
+at::Tensor cpu_attention(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v, const at::Tensor& mask,
+                         double dropout, bool training);
 // The matmul-softmax-matmul path on every LibTorch version (softmax in float32, as fairseq).
 at::Tensor attention_reference(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v, const at::Tensor& mask,
                                double dropout, bool training);

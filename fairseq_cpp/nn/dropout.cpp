@@ -78,6 +78,8 @@ struct MaskedDropout : public torch::autograd::Function<MaskedDropout> {
 
 }  // namespace
 
+at::Tensor dropout_keep_mask(at::IntArrayRef sizes, double p) { return draw_mask(sizes, p, draw_seed()); }
+
 at::Tensor dropout(const at::Tensor& x, double p, bool training) {
   if (!training || p == 0.0 || x.numel() == 0) return x;
   if (!x.is_cpu() || x.scalar_type() != at::kFloat || p >= 1.0) return torch::dropout(x, p, training);

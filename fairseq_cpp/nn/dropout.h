@@ -13,4 +13,7 @@ namespace fairseq_cpp::nn {
 // `training` and p > 0; x itself otherwise. Differentiable.
 at::Tensor dropout(const at::Tensor& x, double p, bool training);
 
+// The mask such a dropout uses: uint8, 1 with probability 1 - p, drawn the same way.
+at::Tensor dropout_keep_mask(at::IntArrayRef sizes, double p);
+
 }  // namespace fairseq_cpp::nn

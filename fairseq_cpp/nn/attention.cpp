@@ -1,8 +1,10 @@
 #include "fairseq_cpp/nn/attention.h"
 
 #include <cmath>
+#include <cstring>
 #include <limits>
 
+#include <ATen/Parallel.h>
 #include <torch/torch.h>
 
 #include "fairseq_cpp/core/errors.h"
@@ -40,8 +42,63 @@ at::Tensor causal_mask(int64_t length, const at::Device& device) {
 }
 
 void AttentionCache::reorder(const at::Tensor& new_order) {
-  if (key.defined()) key = key.index_select(0, new_order);
-  if (value.defined()) value = value.index_select(0, new_order);
+  if (!key.defined()) return;
+  pending_rows = pending_rows.defined() ? pending_rows.index_select(0, new_order) : new_order;
+}
+
+void AttentionCache::materialize() {
+  if (!pending_rows.defined()) return;
+  key = key.index_select(0, pending_rows);
+  if (value.defined()) value = value.index_select(0, pending_rows);
+  pending_rows = at::Tensor();
+}
+
+namespace {
+
+// cat({cache.index_select(0, rows), step}, 2) for (B, H, T, D) float32 CPU tensors in one pass:
+// each output (row, head) block is the T x D block of its source row followed by the step's D values.
+at::Tensor gather_append(const at::Tensor& cache_in, const at::Tensor& rows_in, const at::Tensor& step) {
+  at::Tensor cache = cache_in.contiguous();
+  at::Tensor rows = rows_in.defined() ? rows_in.to(at::kLong).contiguous() : at::Tensor();
+  const int64_t out_rows = step.size(0), heads = cache.size(1), len = cache.size(2), dim = cache.size(3);
+  at::Tensor out = at::empty({out_rows, heads, len + 1, dim}, cache.options());
+  const float* src = cache.data_ptr<float>();
+  const int64_t* row_of = rows.defined() ? rows.data_ptr<int64_t>() : nullptr;
+  float* dst = out.data_ptr<float>();
+  const float* step_data = step.data_ptr<float>();
+  const int64_t s0 = step.stride(0), s1 = step.stride(1), s3 = step.stride(3);
+  at::parallel_for(0, out_rows * heads, 16, [&](int64_t first, int64_t last) {
+    for (int64_t i = first; i < last; ++i) {
+      const int64_t r = i / heads, h = i % heads;
+      const int64_t from = row_of != nullptr ? row_of[r] : r;
+      float* o = dst + i * (len + 1) * dim;
+      std::memcpy(o, src + (from * heads + h) * len * dim, sizeof(float) * len * dim);
+      const float* x = step_data + r * s0 + h * s1;
+      for (int64_t d = 0; d < dim; ++d) o[len * dim + d] = x[d * s3];
+    }
+  });
+  return out;
+}
+
+}  // namespace
+
+void AttentionCache::append(const at::Tensor& step_key, const at::Tensor& step_value) {
+  if (!key.defined()) {
+    key = step_key;
+    value = step_value;
+    return;
+  }
+  const bool fast = key.is_cpu() && key.scalar_type() == at::kFloat && step_key.is_cpu() &&
+                    step_key.scalar_type() == at::kFloat && step_value.scalar_type() == at::kFloat;
+  if (!fast) {
+    materialize();
+    key = torch::cat({key, step_key}, 2);
+    value = torch::cat({value, step_value}, 2);
+    return;
+  }
+  key = gather_append(key, pending_rows, step_key);
+  value = gather_append(value, pending_rows, step_value);
+  pending_rows = at::Tensor();
 }
 
 MultiheadAttentionImpl::MultiheadAttentionImpl(const MultiheadAttentionOptions& options)
@@ -83,18 +140,21 @@ at::Tensor MultiheadAttentionImpl::forward(const at::Tensor& query, const at::Te
   at::Tensor k;
   at::Tensor v;
   if (cache != nullptr && static_kv && cache->key.defined()) {
+    cache->materialize();
     k = cache->key;
     v = cache->value;
   } else {
     k = split_heads(k_proj_->forward(key_value));
     v = split_heads(v_proj_->forward(key_value));
     if (cache != nullptr) {
-      if (!static_kv && cache->key.defined()) {
-        k = torch::cat({cache->key, k}, 2);
-        v = torch::cat({cache->value, v}, 2);
+      if (static_kv) {
+        cache->key = k;
+        cache->value = v;
+      } else {
+        cache->append(k, v);
+        k = cache->key;
+        v = cache->value;
       }
-      cache->key = k;
-      cache->value = v;
     }
   }
   const int64_t src_len = k.size(2);

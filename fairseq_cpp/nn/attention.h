@@ -30,11 +30,19 @@ at::Tensor attention_reference(const at::Tensor& q, const at::Tensor& k, const a
 at::Tensor causal_mask(int64_t length, const at::Device& device);
 
 // Cached keys and values of one attention block, each (B, H, T, D); undefined until the first step.
+// Beam search reorders the rows every step; the reordering is composed lazily and applied in the
+// same copy that appends the next step (self-attention), or when the keys are next read.
 struct AttentionCache {
   at::Tensor key;
   at::Tensor value;
-  // Keeps the batch rows `new_order` (beam search): index_select on dimension 0.
+  at::Tensor pending_rows;  // (B') rows of key/value that the cache holds, not yet applied; or undefined
+  // Keeps the batch rows `new_order` (beam search), as index_select on dimension 0 would.
   void reorder(const at::Tensor& new_order);
+  // Applies a pending reorder to key and value.
+  void materialize();
+  // key/value with the pending reorder applied and one step's (B', H, 1, D) appended at the end of
+  // dimension 2: one copy of the cache instead of index_select's and cat's.
+  void append(const at::Tensor& step_key, const at::Tensor& step_value);
 };
 
 struct MultiheadAttentionOptions {

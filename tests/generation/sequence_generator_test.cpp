@@ -38,6 +38,7 @@ class ScriptedModel : public models::EncoderDecoderModel {
   at::Tensor decode_step(const at::Tensor& prev, const models::EncoderOut& encoder_out,
                          models::IncrementalState& state) override {
     if (state.layers.empty()) state.layers.resize(1);
+    state.layers[0].self_attn.materialize();            // apply the generator's reorderings
     at::Tensor& cache = state.layers[0].self_attn.key;  // (N, t) tokens so far
     cache = cache.defined() ? torch::cat({cache, prev.narrow(1, prev.size(1) - 1, 1)}, 1) : prev.clone();
     if (!torch::equal(cache, prev)) throw std::runtime_error("the incremental cache was not reordered correctly");

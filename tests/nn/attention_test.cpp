@@ -74,6 +74,30 @@ TEST(Attention, CpuPathAndItsGradientsEqualTheReferencePath) {
   }
 }
 
+// The cache's lazy reordering: two reorderings, then an append, equal index_select twice and cat,
+// also when rows are duplicated and dropped (beam search) and for the static (materialized) path.
+TEST(AttentionCache, LazyReorderThenAppendEqualsIndexSelectAndCat) {
+  torch::manual_seed(3);
+  at::Tensor key = torch::randn({4, 2, 3, 5}), value = torch::randn({4, 2, 3, 5});
+  at::Tensor step_k = torch::randn({3, 1, 2, 5}).transpose(1, 2), step_v = torch::randn({3, 1, 2, 5}).transpose(1, 2);
+  at::Tensor first = torch::tensor({3, 3, 0, 1}, torch::kLong), second = torch::tensor({2, 0, 1}, torch::kLong);
+  AttentionCache cache{key, value, at::Tensor()};
+  cache.reorder(first);
+  cache.reorder(second);
+  cache.append(step_k, step_v);
+  at::Tensor want_k = torch::cat({key.index_select(0, first).index_select(0, second), step_k}, 2);
+  at::Tensor want_v = torch::cat({value.index_select(0, first).index_select(0, second), step_v}, 2);
+  EXPECT_TRUE(torch::equal(cache.key, want_k));
+  EXPECT_TRUE(torch::equal(cache.value, want_v));
+  EXPECT_FALSE(cache.pending_rows.defined());
+
+  AttentionCache fixed{key, value, at::Tensor()};
+  fixed.reorder(first);
+  fixed.materialize();
+  EXPECT_TRUE(torch::equal(fixed.key, key.index_select(0, first)));
+  EXPECT_TRUE(torch::equal(fixed.value, value.index_select(0, first)));
+}
+
 TEST(Attention, CausalMaskForbidsTheFuture) {
   at::Tensor m = causal_mask(3, torch::kCPU);
   EXPECT_TRUE(torch::equal(m, torch::tensor({0, 1, 1, 0, 0, 1, 0, 0, 0}).view({3, 3}).to(torch::kBool)));

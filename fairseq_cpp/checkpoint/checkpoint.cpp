@@ -11,6 +11,9 @@
 #include <string_view>
 #include <vector>
 
+#include <caffe2/serialize/inline_container.h>
+#include <torch/csrc/jit/serialization/export.h>
+#include <torch/csrc/jit/serialization/pickler.h>
 #include <torch/serialize.h>
 #include <torch/torch.h>
 
@@ -34,6 +37,37 @@ void write_all(int fd, const char* data, size_t size, const std::string& path) {
   }
 }
 
+// torch::pickle_save's zip archive (what torch.load reads), streamed into `fd`: pickle_save builds
+// the whole file in one growing vector first, about twice the model and optimizer state at its
+// peak, while training's activations are still mapped.
+void write_archive(int fd, const StateDict& state, const std::string& path) {
+  std::vector<char> pickle_data;  // the structure; the tensors' bytes go straight to the file
+  torch::jit::Pickler pickler(
+      [&](const char* bytes, size_t size) { pickle_data.insert(pickle_data.end(), bytes, bytes + size); });
+  pickler.protocol();
+  pickler.pushIValue(c10::IValue(state));
+  pickler.stop();
+  std::string write_error;
+  caffe2::serialize::PyTorchStreamWriter writer([&](const void* data, size_t size) -> size_t {
+    if (!write_error.empty()) return 0;
+    try {
+      write_all(fd, static_cast<const char*>(data), size, path);
+    } catch (const OperationalError& e) {
+      write_error = e.what();  // a short count tells the writer; the message comes back below
+      return 0;
+    }
+    return size;
+  });
+  try {
+    torch::jit::writeArchiveAndTensors("data", pickle_data.data(), pickle_data.size(), pickler.tensorData(), writer);
+    writer.writeEndOfFile();
+  } catch (const c10::Error& e) {
+    if (!write_error.empty()) raise<OperationalError>("{}", write_error);
+    raise<OperationalError>("cannot write {}: {}", path, e.what_without_backtrace());
+  }
+  if (!write_error.empty()) raise<OperationalError>("{}", write_error);
+}
+
 std::string first_line(const std::string& text) { return text.substr(0, text.find('\n')); }
 
 }  // namespace
@@ -41,7 +75,6 @@ std::string first_line(const std::string& text) { return text.substr(0, text.fin
 StateDict new_state_dict() { return c10::impl::GenericDict(c10::StringType::get(), c10::AnyType::get()); }
 
 void save_file(const std::string& path, const StateDict& state) {
-  std::vector<char> bytes = torch::pickle_save(c10::IValue(state));
   fs::path target(path);
   fs::path dir = target.has_parent_path() ? target.parent_path() : fs::path(".");
   std::error_code ec;
@@ -50,7 +83,7 @@ void save_file(const std::string& path, const StateDict& state) {
   int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
   if (fd < 0) raise<OperationalError>("cannot create {}: {}", tmp, std::strerror(errno));
   try {
-    write_all(fd, bytes.data(), bytes.size(), tmp);
+    write_archive(fd, state, tmp);
     if (::fsync(fd) != 0) raise<OperationalError>("cannot fsync {}: {}", tmp, std::strerror(errno));
   } catch (...) {
     ::close(fd);

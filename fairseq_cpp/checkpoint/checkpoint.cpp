@@ -62,8 +62,7 @@ void write_archive(int fd, const StateDict& state, const std::string& path) {
     torch::jit::writeArchiveAndTensors("data", pickle_data.data(), pickle_data.size(), pickler.tensorData(), writer);
     writer.writeEndOfFile();
   } catch (const c10::Error& e) {
-    if (!write_error.empty()) raise<OperationalError>("{}", write_error);
-    raise<OperationalError>("cannot write {}: {}", path, e.what_without_backtrace());
+    if (write_error.empty()) raise<OperationalError>("cannot write {}: {}", path, e.what_without_backtrace());
   }
   if (!write_error.empty()) raise<OperationalError>("{}", write_error);
 }

@@ -57,9 +57,9 @@ namespace {
 
 // cat({cache.index_select(0, rows), step}, 2) for (B, H, T, D) float32 CPU tensors in one pass:
 // each output (row, head) block is the T x D block of its source row followed by the step's D values.
-at::Tensor gather_append(const at::Tensor& cache_in, const at::Tensor& rows_in, const at::Tensor& step) {
+// `rows` is contiguous int64, or undefined for the identity.
+at::Tensor gather_append(const at::Tensor& cache_in, const at::Tensor& rows, const at::Tensor& step) {
   at::Tensor cache = cache_in.contiguous();
-  at::Tensor rows = rows_in.defined() ? rows_in.to(at::kLong).contiguous() : at::Tensor();
   const int64_t out_rows = step.size(0), heads = cache.size(1), len = cache.size(2), dim = cache.size(3);
   at::Tensor out = at::empty({out_rows, heads, len + 1, dim}, cache.options());
   const float* src = cache.data_ptr<float>();
@@ -96,8 +96,9 @@ void AttentionCache::append(const at::Tensor& step_key, const at::Tensor& step_v
     value = torch::cat({value, step_value}, 2);
     return;
   }
-  key = gather_append(key, pending_rows, step_key);
-  value = gather_append(value, pending_rows, step_value);
+  at::Tensor rows = pending_rows.defined() ? pending_rows.to(at::kLong).contiguous() : at::Tensor();
+  key = gather_append(key, rows, step_key);
+  value = gather_append(value, rows, step_value);
   pending_rows = at::Tensor();
 }
 

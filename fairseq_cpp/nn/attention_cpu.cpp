@@ -59,6 +59,15 @@ at::Tensor empty_heads(int64_t batch, int64_t heads, int64_t rows, int64_t dim, 
 
 bool row_major_heads(const at::Tensor& x) { return x.dim() == 4 && x.stride(3) == 1 && x.stride(2) >= x.size(3); }
 
+// One head's attention weights through the dropout mask: out = p * keep / (1 - dropout), or p
+// itself without dropout.
+const float* dropped_weights(const float* p, const uint8_t* keep, float keep_scale, int64_t n,
+                             std::vector<float>& out) {
+  if (keep == nullptr) return p;
+  for (int64_t j = 0; j < n; ++j) out[j] = p[j] * (static_cast<float>(keep[j]) * keep_scale);
+  return out.data();
+}
+
 struct CpuAttention : public torch::autograd::Function<CpuAttention> {
   static at::Tensor forward(torch::autograd::AutogradContext* ctx, const at::Tensor& q_in, const at::Tensor& k_in,
                             const at::Tensor& v_in, const at::Tensor& mask, double dropout) {
@@ -72,11 +81,11 @@ struct CpuAttention : public torch::autograd::Function<CpuAttention> {
     if (dropout > 0) keep = dropout_keep_mask(probs.sizes(), dropout);
     const float keep_scale = dropout > 0 ? static_cast<float>(1.0 / (1.0 - dropout)) : 1.0f;
     at::Tensor out = empty_heads(batch, heads, tq, dim, q.options());
-    const bool masked = mask.numel() > 0;  // an empty mask stands for none (apply() needs a defined tensor)
-    at::Tensor full_mask = masked ? mask.expand({batch, heads, tq, tk}) : at::Tensor();
-    const bool* mask_data = masked ? full_mask.data_ptr<bool>() : nullptr;
-    const int64_t mb = masked ? full_mask.stride(0) : 0, mh = masked ? full_mask.stride(1) : 0;
-    const int64_t mt = masked ? full_mask.stride(2) : 0, ms = masked ? full_mask.stride(3) : 0;
+    // An empty mask stands for none (apply() needs a defined tensor).
+    at::Tensor full_mask = mask.numel() > 0 ? mask.expand({batch, heads, tq, tk}) : at::Tensor();
+    const bool* mask_data = full_mask.defined() ? full_mask.data_ptr<bool>() : nullptr;
+    const int64_t mb = mask_data ? full_mask.stride(0) : 0, mh = mask_data ? full_mask.stride(1) : 0;
+    const int64_t mt = mask_data ? full_mask.stride(2) : 0, ms = mask_data ? full_mask.stride(3) : 0;
     Heads qh(q), kh(k), vh(v), oh(out);
     float* p_all = probs.data_ptr<float>();
     const uint8_t* keep_all = keep.defined() ? keep.data_ptr<uint8_t>() : nullptr;
@@ -103,12 +112,8 @@ struct CpuAttention : public torch::autograd::Function<CpuAttention> {
           const float inv = 1.0f / sum;  // a row with every key masked gives NaN, as softmax does
           for (int64_t s = 0; s < tk; ++s) row[s] *= inv;
         }
-        const float* weights = p;
-        if (keep_all != nullptr) {
-          const uint8_t* kp = keep_all + i * tq * tk;
-          for (int64_t j = 0; j < tq * tk; ++j) dropped[j] = p[j] * (static_cast<float>(kp[j]) * keep_scale);
-          weights = dropped.data();
-        }
+        const uint8_t* kp = keep_all ? keep_all + i * tq * tk : nullptr;
+        const float* weights = dropped_weights(p, kp, keep_scale, tq * tk, dropped);
         gemm(false, false, tq, dim, tk, 1.0f, weights, tk, vh.at(b, h), vh.st, 0.0f, oh.at(b, h), oh.st);
       }
     });
@@ -143,11 +148,7 @@ struct CpuAttention : public torch::autograd::Function<CpuAttention> {
         const int64_t b = i / heads, h = i % heads;
         const float* p = p_all + i * tq * tk;
         const uint8_t* kp = keep_all ? keep_all + i * tq * tk : nullptr;
-        const float* weights = p;
-        if (kp != nullptr) {
-          for (int64_t j = 0; j < tq * tk; ++j) dropped[j] = p[j] * (static_cast<float>(kp[j]) * keep_scale);
-          weights = dropped.data();
-        }
+        const float* weights = dropped_weights(p, kp, keep_scale, tq * tk, dropped);
         // dV = W^T dO; dW = dO V^T, through the dropout mask; dS = P * (dW - rowsum(dW * P)).
         gemm(true, false, tk, dim, tq, 1.0f, weights, tk, gh.at(b, h), gh.st, 0.0f, dvh.at(b, h), dvh.st);
         gemm(false, true, tq, tk, dim, 1.0f, gh.at(b, h), gh.st, vh.at(b, h), vh.st, 0.0f, dp.data(), tk);

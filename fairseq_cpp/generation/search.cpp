@@ -1,11 +1,122 @@
 #include "fairseq_cpp/generation/search.h"
 
+#include <algorithm>
+#include <limits>
+#include <vector>
+
+#include <ATen/Parallel.h>
 #include <torch/torch.h>
 
+#if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
+#include <immintrin.h>
+#define FSQ_AVX512_SCAN 1
+#endif
+
 namespace fairseq_cpp::generation {
+namespace {
+
+// The k best (score, flat index) of one sentence, best first; of equal scores the lower index
+// (the one seen first) ranks first.
+class TopK {
+ public:
+  explicit TopK(int64_t k) : k_(static_cast<size_t>(k)) { best_.reserve(k_ + 1); }
+  bool full() const { return best_.size() == k_; }
+  // Scores not above this cannot enter a full list.
+  float threshold() const { return full() ? best_.back().score : -std::numeric_limits<float>::infinity(); }
+  void offer(float score, int64_t index) {
+    if (full() && !(score > best_.back().score)) return;
+    auto at = std::find_if(best_.begin(), best_.end(), [&](const Entry& e) { return e.score < score; });
+    best_.insert(at, {score, index});
+    if (best_.size() > k_) best_.pop_back();
+  }
+  void write(float* scores, int64_t* indices) const {
+    for (size_t i = 0; i < best_.size(); ++i) {
+      scores[i] = best_[i].score;
+      indices[i] = best_[i].index;
+    }
+  }
+
+ private:
+  struct Entry {
+    float score;
+    int64_t index;
+  };
+  size_t k_;
+  std::vector<Entry> best_;
+};
+
+// Offers row[j] + shift (the float sum torch's add computes) for j in [from, to), index base + j.
+void scan_scalar(const float* row, float shift, int64_t from, int64_t to, int64_t base, TopK& top) {
+  for (int64_t j = from; j < to; ++j) {
+    const float score = row[j] + shift;
+    if (!top.full() || score > top.threshold()) top.offer(score, base + j);
+  }
+}
+
+#ifdef FSQ_AVX512_SCAN
+// As scan_scalar, 16 at a time: most values are below the k-th best and are passed over by one
+// compare.
+__attribute__((target("avx512f"))) int64_t scan_avx512(const float* row, float shift, int64_t from, int64_t to,
+                                                       int64_t base, TopK& top) {
+  const __m512 add = _mm512_set1_ps(shift);
+  int64_t j = from;
+  for (; j + 16 <= to; j += 16) {
+    const __m512 sums = _mm512_add_ps(_mm512_loadu_ps(row + j), add);
+    __mmask16 above = _mm512_cmp_ps_mask(sums, _mm512_set1_ps(top.threshold()), _CMP_GT_OQ);
+    while (above != 0) {
+      const int lane = __builtin_ctz(above);
+      above = static_cast<__mmask16>(above & (above - 1));
+      top.offer(row[j + lane] + shift, base + j + lane);
+    }
+  }
+  return j;
+}
+bool has_avx512() {
+  static const bool yes = __builtin_cpu_supports("avx512f");
+  return yes;
+}
+#endif
+
+// Per sentence b, the k best lprobs[b, r, w] + cumulative[b, r] over rows r < rows and words w
+// (cumulative null: + 0 is not added), as scores and flat indices r * vocab + w. lprobs is
+// (B, K, V) contiguous float32; only its first `rows` rows per sentence are read.
+void top_candidates(const float* lprobs, const float* cumulative, int64_t bsz, int64_t beam, int64_t rows,
+                    int64_t vocab, int64_t k, float* scores, int64_t* indices) {
+  at::parallel_for(0, bsz, 1, [&](int64_t begin, int64_t end) {
+    for (int64_t b = begin; b < end; ++b) {
+      TopK top(k);
+      for (int64_t r = 0; r < rows; ++r) {
+        const float* row = lprobs + (b * beam + r) * vocab;
+        const int64_t base = r * vocab;
+        const float shift = cumulative != nullptr ? cumulative[b * beam + r] : 0.0f;
+        int64_t j = 0;
+        for (; j < vocab && !top.full(); ++j) top.offer(cumulative != nullptr ? row[j] + shift : row[j], base + j);
+#ifdef FSQ_AVX512_SCAN
+        if (has_avx512()) j = scan_avx512(row, shift, j, vocab, base, top);
+#endif
+        scan_scalar(row, shift, j, vocab, base, top);
+      }
+      top.write(scores + b * k, indices + b * k);
+    }
+  });
+}
+
+}  // namespace
 
 Candidates beam_search_step(int64_t step, const at::Tensor& lprobs, const at::Tensor& cumulative) {
   const int64_t bsz = lprobs.size(0), beam = lprobs.size(1), vocab = lprobs.size(2);
+  const int64_t rows = step == 0 ? 1 : beam;
+  if (lprobs.device().is_cpu() && lprobs.scalar_type() == at::kFloat && lprobs.is_contiguous() &&
+      (step == 0 || cumulative.scalar_type() == at::kFloat)) {
+    // One pass over the log-probabilities instead of their sum with the scores and a topk.
+    const int64_t k = std::min(2 * beam, rows * vocab - 1);
+    at::Tensor scores = at::empty({bsz, k}, lprobs.options());
+    at::Tensor indices = at::empty({bsz, k}, lprobs.options().dtype(at::kLong));
+    const at::Tensor cum = step == 0 ? at::Tensor() : cumulative.contiguous();
+    top_candidates(lprobs.data_ptr<float>(), step == 0 ? nullptr : cum.data_ptr<float>(), bsz, beam, rows,
+                   vocab, k, scores.data_ptr<float>(), indices.data_ptr<int64_t>());
+    return {scores, indices.remainder(vocab), indices.div(vocab, "floor")};
+  }
   at::Tensor flat;
   if (step == 0) {
     flat = lprobs.narrow(1, 0, 1).reshape({bsz, vocab});  // (B, 1, V) -> (B, V)

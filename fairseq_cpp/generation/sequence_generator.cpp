@@ -9,6 +9,7 @@
 
 #include "fairseq_cpp/core/errors.h"
 #include "fairseq_cpp/generation/search.h"
+#include "fairseq_cpp/nn/packed_linear.h"
 
 namespace fairseq_cpp::generation {
 namespace {
@@ -37,6 +38,15 @@ void block_repeated_ngrams(const at::Tensor& tokens, int64_t step, int64_t n, at
   at::Tensor r = torch::tensor(banned_rows, torch::kInt64).to(lprobs.device());
   at::Tensor w = torch::tensor(banned_words, torch::kInt64).to(lprobs.device());
   lprobs.index_put_({r, w}, kNegInf);
+}
+
+// The rows `rows` of a (N, L) buffer of which only columns [0, live) hold data yet: copies those
+// columns only (fairseq's index_select copies whole rows, L = max_len + 2 wide); the others are
+// written before they are read.
+at::Tensor keep_rows(const at::Tensor& buffer, const at::Tensor& rows, int64_t live) {
+  at::Tensor out = at::empty({rows.size(0), buffer.size(1)}, buffer.options());
+  if (live > 0) out.narrow(1, 0, live).copy_(buffer.narrow(1, 0, live).index_select(0, rows));
+  return out;
 }
 
 }  // namespace
@@ -76,9 +86,10 @@ SequenceGenerator::SequenceGenerator(const GeneratorOptions& options, const Voca
 std::vector<std::vector<Hypothesis>> SequenceGenerator::generate(models::EncoderDecoderModel& model,
                                                                  const at::Tensor& src_tokens,
                                                                  const at::Tensor& src_lengths,
-                                                                 const at::Tensor& prefix_tokens_in) {
+                                                                 const at::Tensor& prefix_tokens_in) const {
   c10::InferenceMode inference;
-  model.eval();
+  nn::PackedLinearScope packed_weights;  // CPU: each weight packed once for the step GEMMs
+  if (model.is_training()) model.eval();
   const int64_t beam = options_.beam;
   const int64_t vocab = vocab_.size;
   const int64_t eos = vocab_.eos, pad = vocab_.pad;
@@ -113,9 +124,9 @@ std::vector<std::vector<Hypothesis>> SequenceGenerator::generate(models::Encoder
   // Finalizes the hypotheses `bbsz_idx` (rows of tokens/scores) that end with </s> at `step`,
   // preferring earlier ones; returns the batch rows (unfinished numbering) of sentences now done.
   auto finalize_hypos = [&](int64_t step, const at::Tensor& bbsz_idx, at::Tensor eos_scores) {
-    at::Tensor hyp_tokens = tokens.index_select(0, bbsz_idx).narrow(1, 1, step + 1).clone();
+    at::Tensor hyp_tokens = tokens.narrow(1, 1, step + 1).index_select(0, bbsz_idx);
     hyp_tokens.select(1, step).fill_(eos);
-    at::Tensor pos = scores.index_select(0, bbsz_idx).narrow(1, 0, step + 1).clone();
+    at::Tensor pos = scores.narrow(1, 0, step + 1).index_select(0, bbsz_idx);
     pos.select(1, step).copy_(eos_scores);
     if (step > 0) pos.narrow(1, 1, step).copy_(pos.narrow(1, 1, step) - pos.narrow(1, 0, step));
     if (options_.normalize_scores) eos_scores = eos_scores / std::pow(static_cast<double>(step + 1), options_.lenpen);
@@ -279,9 +290,9 @@ std::vector<std::vector<Hypothesis>> SequenceGenerator::generate(models::Encoder
     at::Tensor active_bbsz_idx = cand_bbsz_idx.gather(1, active_hypos).view(-1);
     at::Tensor active_scores = cand.scores.gather(1, active_hypos).view(-1);
 
-    tokens = tokens.index_select(0, active_bbsz_idx);
+    tokens = keep_rows(tokens, active_bbsz_idx, step + 1);
     tokens.select(1, step + 1).copy_(cand.tokens.gather(1, active_hypos).view(-1));
-    scores = scores.index_select(0, active_bbsz_idx);
+    scores = keep_rows(scores, active_bbsz_idx, step);
     scores.select(1, step).copy_(active_scores);
     reorder_state = active_bbsz_idx;
   }

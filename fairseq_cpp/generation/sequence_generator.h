@@ -55,10 +55,11 @@ class SequenceGenerator {
 
   // src_tokens (B, S) as collated (left-padded), src_lengths (B); prefix_tokens (B, P) forces each
   // output's first P tokens (undefined = none). Returns per sentence up to `beam` hypotheses,
-  // best first. `model` is put in eval mode; runs without autograd.
+  // best first. `model` is put in eval mode (if it is not already: threads may share an eval-mode
+  // model); runs without autograd.
   std::vector<std::vector<Hypothesis>> generate(models::EncoderDecoderModel& model, const at::Tensor& src_tokens,
                                                 const at::Tensor& src_lengths,
-                                                const at::Tensor& prefix_tokens = at::Tensor());
+                                                const at::Tensor& prefix_tokens = at::Tensor()) const;
 
   const GeneratorOptions& options() const { return options_; }
 

@@ -7,6 +7,7 @@
 #include "fairseq_cpp/config/config.h"
 #include "fairseq_cpp/core/errors.h"
 #include "fairseq_cpp/nn/dropout.h"
+#include "fairseq_cpp/nn/packed_linear.h"
 
 namespace fairseq_cpp::models {
 namespace {
@@ -223,7 +224,7 @@ TransformerDecoderImpl::TransformerDecoderImpl(const TransformerOptions& options
 
 at::Tensor TransformerDecoderImpl::forward(const at::Tensor& tokens, const EncoderOut& encoder_out,
                                            IncrementalState* state) {
-  return torch::nn::functional::linear(features(tokens, encoder_out, state), output_weight());  // (B, T, V)
+  return nn::scoped_linear(features(tokens, encoder_out, state), output_weight());  // (B, T, V)
 }
 
 const at::Tensor& TransformerDecoderImpl::output_weight() const {
@@ -260,7 +261,7 @@ at::Tensor TransformerDecoderImpl::features(const at::Tensor& tokens, const Enco
   }
   if (incremental) state->steps = tokens.size(1);
   if (layer_norm_) x = layer_norm_->forward(x);
-  if (project_out_dim_) x = project_out_dim_->forward(x);
+  if (project_out_dim_) x = nn::scoped_linear(x, project_out_dim_->weight);
   return x;
 }
 

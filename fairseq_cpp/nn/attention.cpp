@@ -10,6 +10,7 @@
 #include "fairseq_cpp/core/errors.h"
 #include "fairseq_cpp/core/torch_compat.h"
 #include "fairseq_cpp/nn/dropout.h"
+#include "fairseq_cpp/nn/packed_linear.h"
 
 namespace fairseq_cpp::nn {
 
@@ -137,7 +138,7 @@ at::Tensor MultiheadAttentionImpl::forward(const at::Tensor& query, const at::Te
                                            AttentionCache* cache, bool static_kv) {
   const int64_t batch = query.size(0);
   const int64_t tgt_len = query.size(1);
-  at::Tensor q = split_heads(q_proj_->forward(query));
+  at::Tensor q = split_heads(scoped_linear(query, q_proj_->weight, q_proj_->bias));
   at::Tensor k;
   at::Tensor v;
   if (cache != nullptr && static_kv && cache->key.defined()) {
@@ -145,8 +146,8 @@ at::Tensor MultiheadAttentionImpl::forward(const at::Tensor& query, const at::Te
     k = cache->key;
     v = cache->value;
   } else {
-    k = split_heads(k_proj_->forward(key_value));
-    v = split_heads(v_proj_->forward(key_value));
+    k = split_heads(scoped_linear(key_value, k_proj_->weight, k_proj_->bias));
+    v = split_heads(scoped_linear(key_value, v_proj_->weight, v_proj_->bias));
     if (cache != nullptr) {
       if (static_kv) {
         cache->key = k;
@@ -169,7 +170,7 @@ at::Tensor MultiheadAttentionImpl::forward(const at::Tensor& query, const at::Te
   at::Tensor out = attention(q, k, v, mask, options_.dropout, is_training());
   // (B, H, Tq, D) -> (B, Tq, H, D) -> (B, Tq, C)
   out = out.transpose(1, 2).reshape({batch, tgt_len, options_.embed_dim});
-  return out_proj_->forward(out);
+  return scoped_linear(out, out_proj_->weight, out_proj_->bias);
 }
 
 }  // namespace fairseq_cpp::nn

@@ -6,6 +6,7 @@
 
 #include "fairseq_cpp/core/errors.h"
 #include "fairseq_cpp/nn/dropout.h"
+#include "fairseq_cpp/nn/packed_linear.h"
 
 namespace fairseq_cpp::nn {
 namespace {
@@ -74,9 +75,9 @@ at::Tensor TransformerEncoderLayerImpl::forward(const at::Tensor& input, const a
 
   residual = x;
   x = maybe_norm(final_layer_norm_, x, pre, true);
-  x = activation(options_.activation_fn, fc1_->forward(x));
+  x = activation(options_.activation_fn, scoped_linear(x, fc1_->weight, fc1_->bias));
   x = nn::dropout(x, options_.activation_dropout, train);
-  x = nn::dropout(fc2_->forward(x), options_.dropout, train);
+  x = nn::dropout(scoped_linear(x, fc2_->weight, fc2_->bias), options_.dropout, train);
   x = residual + x;
   return maybe_norm(final_layer_norm_, x, pre, false);
 }
@@ -113,9 +114,9 @@ at::Tensor TransformerDecoderLayerImpl::forward(const at::Tensor& input, const a
 
   residual = x;
   x = maybe_norm(final_layer_norm_, x, pre, true);
-  x = activation(options_.activation_fn, fc1_->forward(x));
+  x = activation(options_.activation_fn, scoped_linear(x, fc1_->weight, fc1_->bias));
   x = nn::dropout(x, options_.activation_dropout, train);
-  x = nn::dropout(fc2_->forward(x), options_.dropout, train);
+  x = nn::dropout(scoped_linear(x, fc2_->weight, fc2_->bias), options_.dropout, train);
   x = residual + x;
   return maybe_norm(final_layer_norm_, x, pre, false);
 }

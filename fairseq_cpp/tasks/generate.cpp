@@ -19,6 +19,7 @@
 #include "fairseq_cpp/data/language_pair_dataset.h"
 #include "fairseq_cpp/data/sentencepiece.h"
 #include "fairseq_cpp/data/text.h"
+#include "fairseq_cpp/generation/batch_search.h"
 #include "fairseq_cpp/generation/fairseq_bleu.h"
 #include "fairseq_cpp/generation/output.h"
 #include "fairseq_cpp/generation/sacrebleu.h"
@@ -114,7 +115,7 @@ class Output {
 
 int generate_main(const Invocation& inv) {
   const config::Config& cfg = inv.config;
-  setup_compute(cfg);
+  const int threads = setup_compute(cfg);
   keep_freed_memory();
   const std::string& subset = cfg.dataset.gen_subset;
   Translation t = load_translation(cfg, subset);
@@ -151,22 +152,18 @@ int generate_main(const Invocation& inv) {
   const int64_t nbest = cfg.generation.nbest;
 
   int64_t num_sentences = 0, num_tokens = 0;
-  double seconds = 0;
   bool has_target = dataset.target() != nullptr;
-  for (const auto& indices : batches) {
-    data::Batch batch = dataset.collate(indices);
-    if (batch.empty()) continue;
-    at::Tensor prefix;
-    if (cfg.generation.prefix_size > 0) {
-      prefix = batch.target.narrow(1, 0, std::min(cfg.generation.prefix_size, batch.target.size(1))).to(t.device);
-    }
-    const auto start = std::chrono::steady_clock::now();
-    auto hypos = generator.generate(*t.model, batch.src_tokens.to(t.device), batch.src_lengths.to(t.device), prefix);
-    seconds += std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  // Batches are collated and searched a window at a time, so memory stays bounded on large sets.
+  constexpr size_t kWindow = 32;
+  std::vector<std::vector<int64_t>> batch_indices;
+  std::vector<data::Batch> collated;
+  std::vector<generation::SearchBatch> inputs;
+  // Prints one batch's results (on this thread, in batch order, while the workers search on).
+  auto print_batch = [&](size_t b, generation::Hypotheses&& hypos) {
+    const data::Batch& batch = collated[b];
     for (const auto& h : hypos) num_tokens += h.empty() ? 0 : static_cast<int64_t>(h[0].tokens.size());
-
     const int64_t* ids = batch.id.data_ptr<int64_t>();
-    for (int64_t i : fairseq_row_order(dataset, indices, batch)) {
+    for (int64_t i : fairseq_row_order(dataset, batch_indices[b], batch)) {
       const int64_t id = ids[i];
       std::vector<int64_t> src = row_without_pad(batch.src_tokens[i], t.src_dict.pad());
       std::vector<int64_t> tgt;
@@ -205,7 +202,26 @@ int generate_main(const Invocation& inv) {
       }
     }
     num_sentences += batch.nsentences;
+  };
+  const auto start = std::chrono::steady_clock::now();
+  for (size_t first = 0; first < batches.size(); first += kWindow) {
+    batch_indices.clear();
+    collated.clear();
+    inputs.clear();
+    for (size_t k = first; k < std::min(batches.size(), first + kWindow); ++k) {
+      data::Batch batch = dataset.collate(batches[k]);
+      if (batch.empty()) continue;
+      at::Tensor prefix;
+      if (cfg.generation.prefix_size > 0) {
+        prefix = batch.target.narrow(1, 0, std::min(cfg.generation.prefix_size, batch.target.size(1))).to(t.device);
+      }
+      inputs.push_back({batch.src_tokens.to(t.device), batch.src_lengths.to(t.device), prefix});
+      batch_indices.push_back(batches[k]);
+      collated.push_back(std::move(batch));
+    }
+    generation::search_batches(generator, *t.model, inputs, t.device.is_cpu() ? threads : 1, print_batch);
   }
+  const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
   out.commit();
   const double s = std::max(seconds, 1e-9);
   fmt::print("| Translated {} sentences ({} tokens) in {:.1f}s ({:.2f} sentences/s, {:.2f} tokens/s)\n", num_sentences,
@@ -222,7 +238,7 @@ int generate_main(const Invocation& inv) {
 
 int interactive_main(const Invocation& inv) {
   const config::Config& cfg = inv.config;
-  setup_compute(cfg);
+  const int threads = setup_compute(cfg);
   keep_freed_memory();
   Translation t = load_translation(cfg, "train");
   const std::string& bpe =
@@ -285,6 +301,8 @@ int interactive_main(const Invocation& inv) {
       }
       items.push_back(std::move(item));
     }
+    std::vector<size_t> starts;
+    std::vector<generation::SearchBatch> inputs;
     for (size_t start = 0; start < items.size(); start += static_cast<size_t>(batch_limit)) {
       const size_t end = std::min(items.size(), start + static_cast<size_t>(batch_limit));
       size_t width = 0;
@@ -299,11 +317,14 @@ int interactive_main(const Invocation& inv) {
         src[r].narrow(0, offset, static_cast<int64_t>(ids.size())).copy_(torch::tensor(ids, torch::kInt64));
         lengths[r] = static_cast<int64_t>(ids.size());
       }
-      auto hypos = generator.generate(*t.model, src.to(t.device), lengths.to(t.device));
-      for (size_t i = start; i < end; ++i) {
+      starts.push_back(start);
+      inputs.push_back({src.to(t.device), lengths.to(t.device), at::Tensor()});
+    }
+    auto print_batch = [&](size_t b, generation::Hypotheses&& hypos) {
+      for (size_t i = starts[b]; i < starts[b] + hypos.size(); ++i) {
         const Item& item = items[i];
         fmt::print("S-{}\t{}\n", item.id, generation::post_process(item.pieces, bpe));
-        const auto& list = hypos[i - start];
+        const auto& list = hypos[i - starts[b]];
         for (size_t j = 0; j < list.size() && static_cast<int64_t>(j) < nbest; ++j) {
           const auto& h = list[j];
           const std::string hypo_str = generation::ids_to_string(t.tgt_dict, h.tokens, bpe);
@@ -314,7 +335,8 @@ int interactive_main(const Invocation& inv) {
         }
       }
       std::fflush(stdout);
-    }
+    };
+    generation::search_batches(generator, *t.model, inputs, t.device.is_cpu() ? threads : 1, print_batch);
     buffer.clear();
   };
   for (std::string line; std::getline(*in, line);) {

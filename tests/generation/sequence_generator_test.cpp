@@ -4,6 +4,7 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <limits>
 #include <map>
 
 #include <torch/torch.h>
@@ -106,6 +107,31 @@ TEST(BeamSearchStep, TopTwoBeamOverBeamTimesVocabOfCumulativeScores) {
   Candidates first = beam_search_step(0, lprobs, {});
   EXPECT_EQ(to_vector(first.beams[0]), (std::vector<int64_t>{0, 0, 0}));  // min(4, 4 - 1) candidates
   EXPECT_EQ(to_vector(first.tokens[0]), (std::vector<int64_t>{3, 2, 1}));
+}
+
+// The float32 CPU step (one pass, no sum tensor) against torch's sum and topk on the same values:
+// random log-probabilities, then rows mostly -inf (fewer finite candidates than 2K).
+TEST(BeamSearchStep, OnePassEqualsSumAndTopk) {
+  torch::manual_seed(5);
+  const int64_t bsz = 3, beam = 4, vocab = 1000;
+  for (bool sparse : {false, true}) {
+    at::Tensor lprobs = torch::log_softmax(torch::randn({bsz, beam, vocab}), -1);
+    if (sparse) lprobs.masked_fill_(torch::rand({bsz, beam, vocab}).gt(0.001), -std::numeric_limits<float>::infinity());
+    at::Tensor scores = torch::randn({bsz, beam + 3});
+    at::Tensor cumulative = scores.narrow(1, 1, beam);  // strided, as the generator's column of scores
+    for (int64_t step : {0, 3}) {
+      Candidates c = beam_search_step(step, lprobs, cumulative);
+      at::Tensor flat = step == 0 ? lprobs.narrow(1, 0, 1).reshape({bsz, vocab})
+                                  : (lprobs + cumulative.unsqueeze(-1)).view({bsz, beam * vocab});
+      auto [top, index] = flat.topk(2 * beam, 1);
+      EXPECT_TRUE(torch::equal(c.scores, top)) << "step " << step << (sparse ? ", sparse" : "");
+      at::Tensor finite = top.ne(-std::numeric_limits<float>::infinity());
+      // Among -inf candidates any may be picked (torch's order is unspecified): compare the rest.
+      EXPECT_TRUE(torch::equal(c.tokens.masked_select(finite), index.remainder(vocab).masked_select(finite)));
+      EXPECT_TRUE(torch::equal(c.beams.masked_select(finite), index.div(vocab, "floor").masked_select(finite)));
+      if (step == 0) EXPECT_EQ(c.beams.max().item<int64_t>(), 0);
+    }
+  }
 }
 
 TEST(SequenceGenerator, FinishedHypothesisLeavesTheBeamAndLongerOneWinsAfterNormalization) {

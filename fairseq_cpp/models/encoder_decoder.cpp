@@ -4,17 +4,24 @@
 
 #include <torch/torch.h>
 
+#include "fairseq_cpp/nn/log_softmax.h"
+
 namespace fairseq_cpp::models {
 
+at::Tensor EncoderOut::states() const { return rows.defined() ? out.index_select(0, rows) : out; }
+
+at::Tensor EncoderOut::padding() const {
+  return rows.defined() && padding_mask.defined() ? padding_mask.index_select(0, rows) : padding_mask;
+}
+
 EncoderOut EncoderDecoderModel::reorder_encoder_out(const EncoderOut& encoder_out, const at::Tensor& new_order) {
-  EncoderOut out;
-  out.out = encoder_out.out.index_select(0, new_order);
-  if (encoder_out.padding_mask.defined()) out.padding_mask = encoder_out.padding_mask.index_select(0, new_order);
-  return out;
+  EncoderOut reordered = encoder_out;
+  reordered.rows = encoder_out.rows.defined() ? encoder_out.rows.index_select(0, new_order) : new_order;
+  return reordered;
 }
 
 at::Tensor EncoderDecoderModel::log_probs(const at::Tensor& logits) {
-  return torch::log_softmax(logits.to(torch::kFloat32), -1);
+  return nn::log_softmax_last_dim(logits.to(torch::kFloat32));
 }
 
 std::vector<at::Tensor> unique_parameters(const torch::nn::Module& module) {

@@ -14,9 +14,16 @@
 
 namespace fairseq_cpp::models {
 
+// Beam search reorders the encoder output lazily: `rows` maps the decoder's batch rows to rows of
+// `out` (each hypothesis to its sentence), so the states are never copied per hypothesis; a
+// decoder reads them through states() and padding(), or, with an incremental cache holding the
+// projected states, through the cache's own pending rows (which receive the same reorderings).
 struct EncoderOut {
   at::Tensor out;           // (B, S, C) encoder states
-  at::Tensor padding_mask;  // (B, S) bool, true at source padding
+  at::Tensor padding_mask;  // (B, S) bool, true at source padding; or undefined
+  at::Tensor rows;          // (N) int64: decoder row n reads row rows[n] of out; undefined = identity
+  at::Tensor states() const;   // out with `rows` applied: (N, S, C)
+  at::Tensor padding() const;  // padding_mask with `rows` applied: (N, S), or undefined
 };
 
 // Teacher-forced decoder output before the output projection: logits = features @ output_weight^T.
@@ -50,7 +57,7 @@ class EncoderDecoderModel : public torch::nn::Module {
   // returns logits (B, 1, V) for position t and extends `state`.
   virtual at::Tensor decode_step(const at::Tensor& prev_output_tokens, const EncoderOut& encoder_out,
                                  IncrementalState& state) = 0;
-  // Reorders the encoder output's batch rows (beam search).
+  // Reorders the encoder output's batch rows (beam search): composes `rows`, copies nothing.
   static EncoderOut reorder_encoder_out(const EncoderOut& encoder_out, const at::Tensor& new_order);
 
   // log-softmax over the vocabulary in float32 (fairseq's get_normalized_probs).

@@ -190,7 +190,7 @@ EncoderOut TransformerEncoderImpl::forward(const at::Tensor& src_tokens) {
   at::Tensor padding_mask = src_tokens.eq(padding_idx_);
   for (auto& layer : typed_layers_) x = layer->forward(x, padding_mask);
   if (layer_norm_) x = layer_norm_->forward(x);
-  return {x, padding_mask};
+  return {x, padding_mask, at::Tensor()};
 }
 
 TransformerDecoderImpl::TransformerDecoderImpl(const TransformerOptions& options, torch::nn::Embedding embed_tokens,
@@ -255,8 +255,12 @@ at::Tensor TransformerDecoderImpl::features(const at::Tensor& tokens, const Enco
     at::Tensor pad = input.eq(padding_idx_);
     if (pad.any().item<bool>()) self_padding = pad;
   }
+  // Once the cross-attention caches hold the projected states, the states themselves are not read.
+  const bool projected = incremental && !state->layers.empty() && state->layers[0].encoder_attn.key.defined();
+  const at::Tensor states = projected ? encoder_out.out : encoder_out.states();
+  const at::Tensor source_padding = encoder_out.padding();
   for (size_t i = 0; i < typed_layers_.size(); ++i) {
-    x = typed_layers_[i]->forward(x, encoder_out.out, encoder_out.padding_mask, causal, self_padding,
+    x = typed_layers_[i]->forward(x, states, source_padding, causal, self_padding,
                                   incremental ? &state->layers[i] : nullptr);
   }
   if (incremental) state->steps = tokens.size(1);

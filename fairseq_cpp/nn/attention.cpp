@@ -141,8 +141,16 @@ at::Tensor MultiheadAttentionImpl::forward(const at::Tensor& query, const at::Te
   at::Tensor q = split_heads(scoped_linear(query, q_proj_->weight, q_proj_->bias));
   at::Tensor k;
   at::Tensor v;
+  at::Tensor kv_rows;  // query row b reads key/value row kv_rows[b]; undefined = b
   if (cache != nullptr && static_kv && cache->key.defined()) {
-    cache->materialize();
+    // The CPU kernel reads the cache through its pending rows: a beam's hypotheses share their
+    // sentence's keys and values, which are never copied per hypothesis.
+    if (cpu_attention_applies(q, cache->key, cache->value, cache->pending_rows) && !is_training() &&
+        !at::GradMode::is_enabled()) {
+      kv_rows = cache->pending_rows;
+    } else {
+      cache->materialize();
+    }
     k = cache->key;
     v = cache->value;
   } else {
@@ -167,7 +175,8 @@ at::Tensor MultiheadAttentionImpl::forward(const at::Tensor& query, const at::Te
     at::Tensor pad = key_padding_mask.view({batch, 1, 1, src_len});
     mask = mask.defined() ? mask.logical_or(pad) : pad;
   }
-  at::Tensor out = attention(q, k, v, mask, options_.dropout, is_training());
+  at::Tensor out = kv_rows.defined() ? cpu_attention(q, k, v, mask, 0.0, false, kv_rows)
+                                     : attention(q, k, v, mask, options_.dropout, is_training());
   // (B, H, Tq, D) -> (B, Tq, H, D) -> (B, Tq, C)
   out = out.transpose(1, 2).reshape({batch, tgt_len, options_.embed_dim});
   return scoped_linear(out, out_proj_->weight, out_proj_->bias);

@@ -18,10 +18,12 @@ at::Tensor attention(const at::Tensor& q, const at::Tensor& k, const at::Tensor&
                      double dropout, bool training);
 // One autograd node with one BLAS GEMM per (batch, head), for float32 CPU tensors, used by
 // attention() on LibTorch 1.x whose CPU bmm dispatches per batch element (attention_cpu.cpp);
-// applies when the BLAS exports sgemm_ and the shapes agree.
-bool cpu_attention_applies(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v);
+// applies when the BLAS exports sgemm_ and the shapes agree. With `kv_rows` (B) int64, query row b
+// attends to key/value row kv_rows[b] (k and v may have fewer rows); that form has no gradient.
+bool cpu_attention_applies(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v,
+                           const at::Tensor& kv_rows = at::Tensor());
 at::Tensor cpu_attention(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v, const at::Tensor& mask,
-                         double dropout, bool training);
+                         double dropout, bool training, const at::Tensor& kv_rows = at::Tensor());
 // The matmul-softmax-matmul path on every LibTorch version (softmax in float32, as fairseq).
 at::Tensor attention_reference(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v, const at::Tensor& mask,
                                double dropout, bool training);

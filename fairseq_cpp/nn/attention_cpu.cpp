@@ -68,55 +68,64 @@ const float* dropped_weights(const float* p, const uint8_t* keep, float keep_sca
   return out.data();
 }
 
+// softmax(q k^T * scale + mask) (through the dropout mask) v for every (batch, head): probs
+// (B, H, Tq, Tk) receives the softmax weights, out the result; key/value row kv_rows[b] (or b).
+void attend(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v, const at::Tensor& mask,
+            const int64_t* kv_rows, const at::Tensor& keep, float keep_scale, at::Tensor& probs, at::Tensor& out) {
+  const int64_t batch = q.size(0), heads = q.size(1), tq = q.size(2), dim = q.size(3), tk = k.size(2);
+  const float scale = static_cast<float>(1.0 / std::sqrt(static_cast<double>(dim)));
+  // An empty mask stands for none (apply() needs a defined tensor).
+  at::Tensor full_mask = mask.numel() > 0 ? mask.expand({batch, heads, tq, tk}) : at::Tensor();
+  const bool* mask_data = full_mask.defined() ? full_mask.data_ptr<bool>() : nullptr;
+  const int64_t mb = mask_data ? full_mask.stride(0) : 0, mh = mask_data ? full_mask.stride(1) : 0;
+  const int64_t mt = mask_data ? full_mask.stride(2) : 0, ms = mask_data ? full_mask.stride(3) : 0;
+  Heads qh(q), kh(k), vh(v), oh(out);
+  float* p_all = probs.data_ptr<float>();
+  const uint8_t* keep_all = keep.defined() ? keep.data_ptr<uint8_t>() : nullptr;
+  at::parallel_for(0, batch * heads, 1, [&](int64_t first, int64_t last) {
+    std::vector<float> dropped(keep_all ? tq * tk : 0);
+    for (int64_t i = first; i < last; ++i) {
+      const int64_t b = i / heads, h = i % heads;
+      const int64_t kv = kv_rows != nullptr ? kv_rows[b] : b;
+      float* p = p_all + i * tq * tk;
+      gemm(false, true, tq, tk, dim, scale, qh.at(b, h), qh.st, kh.at(kv, h), kh.st, 0.0f, p, tk);
+      for (int64_t t = 0; t < tq; ++t) {
+        float* row = p + t * tk;
+        if (mask_data != nullptr) {
+          const bool* m = mask_data + b * mb + h * mh + t * mt;
+          for (int64_t s = 0; s < tk; ++s)
+            if (m[s * ms]) row[s] = -std::numeric_limits<float>::infinity();
+        }
+        float max = -std::numeric_limits<float>::infinity();
+        for (int64_t s = 0; s < tk; ++s) max = std::max(max, row[s]);
+        float sum = 0;
+        for (int64_t s = 0; s < tk; ++s) {
+          row[s] = std::exp(row[s] - max);
+          sum += row[s];
+        }
+        const float inv = 1.0f / sum;  // a row with every key masked gives NaN, as softmax does
+        for (int64_t s = 0; s < tk; ++s) row[s] *= inv;
+      }
+      const uint8_t* kp = keep_all ? keep_all + i * tq * tk : nullptr;
+      const float* weights = dropped_weights(p, kp, keep_scale, tq * tk, dropped);
+      gemm(false, false, tq, dim, tk, 1.0f, weights, tk, vh.at(kv, h), vh.st, 0.0f, oh.at(b, h), oh.st);
+    }
+  });
+}
+
+at::Tensor row_major(const at::Tensor& x) { return row_major_heads(x) ? x : x.contiguous(); }
+
 struct CpuAttention : public torch::autograd::Function<CpuAttention> {
   static at::Tensor forward(torch::autograd::AutogradContext* ctx, const at::Tensor& q_in, const at::Tensor& k_in,
                             const at::Tensor& v_in, const at::Tensor& mask, double dropout) {
-    at::Tensor q = row_major_heads(q_in) ? q_in : q_in.contiguous();
-    at::Tensor k = row_major_heads(k_in) ? k_in : k_in.contiguous();
-    at::Tensor v = row_major_heads(v_in) ? v_in : v_in.contiguous();
+    at::Tensor q = row_major(q_in), k = row_major(k_in), v = row_major(v_in);
     const int64_t batch = q.size(0), heads = q.size(1), tq = q.size(2), dim = q.size(3), tk = k.size(2);
-    const float scale = static_cast<float>(1.0 / std::sqrt(static_cast<double>(dim)));
     at::Tensor probs = at::empty({batch, heads, tq, tk}, q.options());  // softmax weights, kept for backward
     at::Tensor keep;                                                     // dropout mask of the weights
     if (dropout > 0) keep = dropout_keep_mask(probs.sizes(), dropout);
     const float keep_scale = dropout > 0 ? static_cast<float>(1.0 / (1.0 - dropout)) : 1.0f;
     at::Tensor out = empty_heads(batch, heads, tq, dim, q.options());
-    // An empty mask stands for none (apply() needs a defined tensor).
-    at::Tensor full_mask = mask.numel() > 0 ? mask.expand({batch, heads, tq, tk}) : at::Tensor();
-    const bool* mask_data = full_mask.defined() ? full_mask.data_ptr<bool>() : nullptr;
-    const int64_t mb = mask_data ? full_mask.stride(0) : 0, mh = mask_data ? full_mask.stride(1) : 0;
-    const int64_t mt = mask_data ? full_mask.stride(2) : 0, ms = mask_data ? full_mask.stride(3) : 0;
-    Heads qh(q), kh(k), vh(v), oh(out);
-    float* p_all = probs.data_ptr<float>();
-    const uint8_t* keep_all = keep.defined() ? keep.data_ptr<uint8_t>() : nullptr;
-    at::parallel_for(0, batch * heads, 1, [&](int64_t first, int64_t last) {
-      std::vector<float> dropped(keep_all ? tq * tk : 0);
-      for (int64_t i = first; i < last; ++i) {
-        const int64_t b = i / heads, h = i % heads;
-        float* p = p_all + i * tq * tk;
-        gemm(false, true, tq, tk, dim, scale, qh.at(b, h), qh.st, kh.at(b, h), kh.st, 0.0f, p, tk);
-        for (int64_t t = 0; t < tq; ++t) {
-          float* row = p + t * tk;
-          if (mask_data != nullptr) {
-            const bool* m = mask_data + b * mb + h * mh + t * mt;
-            for (int64_t s = 0; s < tk; ++s)
-              if (m[s * ms]) row[s] = -std::numeric_limits<float>::infinity();
-          }
-          float max = -std::numeric_limits<float>::infinity();
-          for (int64_t s = 0; s < tk; ++s) max = std::max(max, row[s]);
-          float sum = 0;
-          for (int64_t s = 0; s < tk; ++s) {
-            row[s] = std::exp(row[s] - max);
-            sum += row[s];
-          }
-          const float inv = 1.0f / sum;  // a row with every key masked gives NaN, as softmax does
-          for (int64_t s = 0; s < tk; ++s) row[s] *= inv;
-        }
-        const uint8_t* kp = keep_all ? keep_all + i * tq * tk : nullptr;
-        const float* weights = dropped_weights(p, kp, keep_scale, tq * tk, dropped);
-        gemm(false, false, tq, dim, tk, 1.0f, weights, tk, vh.at(b, h), vh.st, 0.0f, oh.at(b, h), oh.st);
-      }
-    });
+    attend(q, k, v, mask, nullptr, keep, keep_scale, probs, out);
     ctx->save_for_backward({q, k, v, probs});
     ctx->saved_data["keep"] = keep;
     ctx->saved_data["keep_scale"] = static_cast<double>(keep_scale);
@@ -174,19 +183,29 @@ struct CpuAttention : public torch::autograd::Function<CpuAttention> {
 
 }  // namespace
 
-bool cpu_attention_applies(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v) {
+bool cpu_attention_applies(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v, const at::Tensor& kv_rows) {
   if (blas_sgemm() == nullptr) return false;
   for (const at::Tensor* x : {&q, &k, &v}) {
     if (!x->is_cpu() || x->scalar_type() != at::kFloat || x->dim() != 4) return false;
   }
-  return k.sizes() == v.sizes() && q.size(0) == k.size(0) && q.size(1) == k.size(1) && q.size(3) == k.size(3) &&
-         q.size(2) > 0 && k.size(2) > 0;
+  const bool rows_agree = kv_rows.defined() ? kv_rows.dim() == 1 && kv_rows.is_cpu() && kv_rows.size(0) == q.size(0)
+                                            : q.size(0) == k.size(0);
+  return rows_agree && k.sizes() == v.sizes() && q.size(1) == k.size(1) && q.size(3) == k.size(3) && q.size(2) > 0 &&
+         k.size(2) > 0;
 }
 
 at::Tensor cpu_attention(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v, const at::Tensor& mask,
-                         double dropout, bool training) {
+                         double dropout, bool training, const at::Tensor& kv_rows) {
   at::Tensor m = mask.defined() ? mask.to(at::kBool) : at::empty({0}, q.options().dtype(at::kBool));
-  return CpuAttention::apply(q, k, v, m, training ? dropout : 0.0);
+  if (!kv_rows.defined()) return CpuAttention::apply(q, k, v, m, training ? dropout : 0.0);
+  TORCH_CHECK(!at::GradMode::is_enabled() || !(q.requires_grad() || k.requires_grad() || v.requires_grad()),
+              "cpu_attention with kv_rows has no gradient");
+  at::Tensor qr = row_major(q);
+  at::Tensor rows = kv_rows.to(at::kLong).contiguous();
+  at::Tensor probs = at::empty({q.size(0), q.size(1), q.size(2), k.size(2)}, q.options());
+  at::Tensor out = empty_heads(q.size(0), q.size(1), q.size(2), q.size(3), q.options());
+  attend(qr, row_major(k), row_major(v), m, rows.data_ptr<int64_t>(), at::Tensor(), 1.0f, probs, out);
+  return out;
 }
 
 }  // namespace fairseq_cpp::nn

@@ -156,7 +156,9 @@ at::Tensor packed_linear(const at::Tensor& x, const at::Tensor& weight, const at
   const float* pp = panels.data_ptr<float>();
   const float* bp = b.defined() ? b.data_ptr<float>() : nullptr;
   float* cp = out.data_ptr<float>();
-  at::parallel_for(0, panels.size(0), 1, [&](int64_t begin, int64_t end) {
+  // Intra-op threads share the panels when each gets at least ~50 MFLOP (a hand-over costs tens of us).
+  const int64_t grain = std::max<int64_t>(1, 50'000'000 / std::max<int64_t>(1, 2 * m * k * kPanel));
+  at::parallel_for(0, panels.size(0), grain, [&](int64_t begin, int64_t end) {
     for (int64_t p = begin; p < end; ++p) {
       const float* panel = pp + p * k * kPanel;
       const int64_t col = p * kPanel;

@@ -33,7 +33,7 @@ class ScriptedModel : public models::EncoderDecoderModel {
   models::EncoderOut encode(const at::Tensor& src_tokens, const at::Tensor&) override {
     const int64_t bsz = src_tokens.size(0);
     // (B) sentence numbers -> (B, 1, 1) "states"
-    return {torch::arange(bsz, torch::kFloat32).view({bsz, 1, 1}), torch::zeros({bsz, 1}, torch::kBool)};
+    return {torch::arange(bsz, torch::kFloat32).view({bsz, 1, 1}), torch::zeros({bsz, 1}, torch::kBool), at::Tensor()};
   }
   at::Tensor decode(const at::Tensor&, const models::EncoderOut&) override { return {}; }
   at::Tensor decode_step(const at::Tensor& prev, const models::EncoderOut& encoder_out,
@@ -44,9 +44,10 @@ class ScriptedModel : public models::EncoderDecoderModel {
     cache = cache.defined() ? torch::cat({cache, prev.narrow(1, prev.size(1) - 1, 1)}, 1) : prev.clone();
     if (!torch::equal(cache, prev)) throw std::runtime_error("the incremental cache was not reordered correctly");
     const int64_t rows = prev.size(0);
+    const at::Tensor states = encoder_out.states();
     at::Tensor logits = torch::full({rows, 1, kVocab}, -std::numeric_limits<float>::infinity());
     for (int64_t r = 0; r < rows; ++r) {
-      const auto sentence = static_cast<size_t>(encoder_out.out[r][0][0].item<float>());
+      const auto sentence = static_cast<size_t>(states[r][0][0].item<float>());
       Prefix prefix;
       for (int64_t t = 1; t < prev.size(1); ++t) prefix.push_back(prev[r][t].item<int64_t>());
       auto it = scripts_.at(sentence).find(prefix);
@@ -129,7 +130,9 @@ TEST(BeamSearchStep, OnePassEqualsSumAndTopk) {
       // Among -inf candidates any may be picked (torch's order is unspecified): compare the rest.
       EXPECT_TRUE(torch::equal(c.tokens.masked_select(finite), index.remainder(vocab).masked_select(finite)));
       EXPECT_TRUE(torch::equal(c.beams.masked_select(finite), index.div(vocab, "floor").masked_select(finite)));
-      if (step == 0) EXPECT_EQ(c.beams.max().item<int64_t>(), 0);
+      if (step == 0) {
+        EXPECT_EQ(c.beams.max().item<int64_t>(), 0);
+      }
     }
   }
 }

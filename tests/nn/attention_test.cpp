@@ -74,6 +74,25 @@ TEST(Attention, CpuPathAndItsGradientsEqualTheReferencePath) {
   }
 }
 
+// Beam search's cross-attention: query row b reads key/value row kv_rows[b] (hypotheses share
+// their sentence's keys), equal to attending to the index_selected keys and values.
+TEST(Attention, CpuPathWithKeyRowsEqualsIndexSelectedKeys) {
+  torch::NoGradGuard no_grad;
+  torch::manual_seed(4);
+  const int64_t sentences = 2, rows = 5, h = 2, s = 6, d = 4;
+  at::Tensor q = torch::randn({rows, 1, h, d}).transpose(1, 2);
+  at::Tensor k = torch::randn({sentences, s, h, d}).transpose(1, 2), v = torch::randn({sentences, s, h, d}).transpose(1, 2);
+  at::Tensor kv_rows = torch::tensor({1, 1, 0, 1, 0}, torch::kLong);
+  at::Tensor pad = torch::zeros({sentences, s}, torch::kBool);
+  pad[0][0] = true;  // sentence 0 is left-padded by one
+  at::Tensor mask = pad.index_select(0, kv_rows).view({rows, 1, 1, s});
+  ASSERT_TRUE(cpu_attention_applies(q, k, v, kv_rows));
+  EXPECT_FALSE(cpu_attention_applies(q, k, v)) << "row counts differ without the map";
+  at::Tensor got = cpu_attention(q, k, v, mask, 0.0, false, kv_rows);
+  at::Tensor want = attention_reference(q, k.index_select(0, kv_rows), v.index_select(0, kv_rows), mask, 0.0, false);
+  EXPECT_LT((got - want).abs().max().item<double>(), 1e-6);
+}
+
 // The cache's lazy reordering: two reorderings, then an append, equal index_select twice and cat,
 // also when rows are duplicated and dropped (beam search) and for the static (materialized) path.
 TEST(AttentionCache, LazyReorderThenAppendEqualsIndexSelectAndCat) {

@@ -73,6 +73,15 @@ int available_cores() {
   return std::max(1, static_cast<int>(at::get_num_interop_threads()));
 }
 
+bool cpu_has_avx512f() {
+#if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
+  static const bool yes = __builtin_cpu_supports("avx512f");
+  return yes;
+#else
+  return false;
+#endif
+}
+
 int configure_cpu_threads(int requested, int local_processes) {
   int threads = requested > 0 ? requested : std::max(1, available_cores() / std::max(1, local_processes));
   at::set_num_threads(threads);

@@ -28,6 +28,10 @@ std::string allocator_description();
 // Cores this process may run on (its CPU affinity mask).
 int available_cores();
 
+// Whether this CPU runs AVX-512F (x86-64 with GCC or Clang; false elsewhere): the packed GEMM,
+// the vectorized log_softmax and the one-pass beam candidates use it, else LibTorch's operators.
+bool cpu_has_avx512f();
+
 // Sets LibTorch's intra-op threads: `requested` when > 0, else available cores / local processes
 // (at least 1). Returns the number set.
 int configure_cpu_threads(int requested, int local_processes);

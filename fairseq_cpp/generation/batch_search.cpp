@@ -14,8 +14,10 @@
 namespace fairseq_cpp::generation {
 namespace {
 
-// One intra-op thread and one BLAS thread per caller while alive (OpenBLAS, when it is the BLAS
-// LibTorch loaded, runs a one-thread GEMM on the calling thread); restores both counts.
+// One intra-op thread and one BLAS thread per caller while alive; restores both counts. Relies on
+// LibTorch's OpenMP backend (Debian's: a new thread takes the stored count at its first parallel
+// region) and on a thread-safe BLAS (Debian's pthread OpenBLAS runs a one-thread GEMM on the
+// calling thread). Not for concurrent search_batches calls: the counts are process-wide.
 class SingleThreadedKernels {
  public:
   SingleThreadedKernels()
@@ -158,19 +160,21 @@ void search_batches(const SequenceGenerator& generator, models::EncoderDecoderMo
                     const std::vector<SearchBatch>& batches, int workers,
                     const std::function<void(size_t, Hypotheses&&)>& done) {
   if (batches.empty()) return;
-  if (workers <= 1 || !batches.front().src_tokens.device().is_cpu()) {
-    for (size_t i = 0; i < batches.size(); ++i) {
-      const SearchBatch& b = batches[i];
-      done(i, generator.generate(model, b.src_tokens, b.src_lengths, b.prefix_tokens));
-    }
-    return;
-  }
-  model.eval();  // before the workers start: generate() then only reads the mode
+  model.eval();  // before any worker starts: generate() then only reads the mode
   std::vector<Part> parts;
   for (size_t i = 0; i < batches.size(); ++i) {
     const int64_t rows = batches[i].src_tokens.size(0);
     const int64_t n = generator.options().sampling ? 1 : std::max<int64_t>(1, std::min<int64_t>(workers, rows));
     for (int64_t p = 0; p < n; ++p) parts.push_back({i, static_cast<size_t>(p), n});
+  }
+  // Too few parts to keep every worker busy (one sentence at a time in fairseq-cpp-interactive),
+  // one worker, or a GPU: the batches one by one, each on all intra-op threads.
+  if (workers <= 1 || parts.size() < static_cast<size_t>(workers) || !batches.front().src_tokens.device().is_cpu()) {
+    for (size_t i = 0; i < batches.size(); ++i) {
+      const SearchBatch& b = batches[i];
+      done(i, generator.generate(model, b.src_tokens, b.src_lengths, b.prefix_tokens));
+    }
+    return;
   }
   PartQueue queue(std::move(parts), batches.size());
   SingleThreadedKernels single_threaded;

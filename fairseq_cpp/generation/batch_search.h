@@ -9,7 +9,8 @@
 // (beam search treats every sentence on its own, so the hypotheses are those of the whole batch),
 // the parts of all batches form one queue, and the caller receives each batch's hypotheses, in
 // batch order, as soon as its parts are done. Sampling keeps whole batches (its random stream
-// is drawn per batch); one worker, or a model off the CPU, searches the batches one by one.
+// is drawn per batch); one worker, fewer parts than workers, or a model off the CPU: the batches
+// one by one on all intra-op threads.
 //
 //   search_batches(generator, model, batches, /*workers=*/2, [&](size_t i, Hypotheses&& h) { ... });
 

@@ -1,11 +1,14 @@
 #include "fairseq_cpp/generation/search.h"
 
 #include <algorithm>
+#include <cmath>
 #include <limits>
 #include <vector>
 
 #include <ATen/Parallel.h>
 #include <torch/torch.h>
+
+#include "fairseq_cpp/core/runtime.h"
 
 #if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
 #include <immintrin.h>
@@ -15,17 +18,20 @@
 namespace fairseq_cpp::generation {
 namespace {
 
+// a ranks above b: greater, or NaN over a number (torch's topk puts NaN first).
+inline bool ranks_above(float a, float b) { return a > b || (std::isnan(a) && !std::isnan(b)); }
+
 // The k best (score, flat index) of one sentence, best first; of equal scores the lower index
 // (the one seen first) ranks first.
 class TopK {
  public:
   explicit TopK(int64_t k) : k_(static_cast<size_t>(k)) { best_.reserve(k_ + 1); }
   bool full() const { return best_.size() == k_; }
-  // Scores not above this cannot enter a full list.
+  // Scores that do not rank above this cannot enter a full list.
   float threshold() const { return full() ? best_.back().score : -std::numeric_limits<float>::infinity(); }
   void offer(float score, int64_t index) {
-    if (full() && !(score > best_.back().score)) return;
-    auto at = std::find_if(best_.begin(), best_.end(), [&](const Entry& e) { return e.score < score; });
+    if (full() && !ranks_above(score, best_.back().score)) return;
+    auto at = std::find_if(best_.begin(), best_.end(), [&](const Entry& e) { return ranks_above(score, e.score); });
     best_.insert(at, {score, index});
     if (best_.size() > k_) best_.pop_back();
   }
@@ -48,21 +54,20 @@ class TopK {
 // Offers row[j] + shift (the float sum torch's add computes) for j in [from, to), index base + j.
 void scan_scalar(const float* row, float shift, int64_t from, int64_t to, int64_t base, TopK& top) {
   for (int64_t j = from; j < to; ++j) {
-    const float score = row[j] + shift;
-    if (!top.full() || score > top.threshold()) top.offer(score, base + j);
+    top.offer(row[j] + shift, base + j);
   }
 }
 
 #ifdef FSQ_AVX512_SCAN
 // As scan_scalar, 16 at a time: most values are below the k-th best and are passed over by one
-// compare.
+// compare (unordered: a NaN sum or threshold lets the lanes through to offer()).
 __attribute__((target("avx512f"))) int64_t scan_avx512(const float* row, float shift, int64_t from, int64_t to,
                                                        int64_t base, TopK& top) {
   const __m512 add = _mm512_set1_ps(shift);
   int64_t j = from;
   for (; j + 16 <= to; j += 16) {
     const __m512 sums = _mm512_add_ps(_mm512_loadu_ps(row + j), add);
-    __mmask16 above = _mm512_cmp_ps_mask(sums, _mm512_set1_ps(top.threshold()), _CMP_GT_OQ);
+    __mmask16 above = _mm512_cmp_ps_mask(sums, _mm512_set1_ps(top.threshold()), _CMP_NLE_UQ);
     while (above != 0) {
       const int lane = __builtin_ctz(above);
       above = static_cast<__mmask16>(above & (above - 1));
@@ -71,14 +76,10 @@ __attribute__((target("avx512f"))) int64_t scan_avx512(const float* row, float s
   }
   return j;
 }
-bool has_avx512() {
-  static const bool yes = __builtin_cpu_supports("avx512f");
-  return yes;
-}
 #endif
 
 // Per sentence b, the k best lprobs[b, r, w] + cumulative[b, r] over rows r < rows and words w
-// (cumulative null: + 0 is not added), as scores and flat indices r * vocab + w. lprobs is
+// (cumulative null: + 0), as scores and flat indices r * vocab + w. lprobs is
 // (B, K, V) contiguous float32; only its first `rows` rows per sentence are read.
 void top_candidates(const float* lprobs, const float* cumulative, int64_t bsz, int64_t beam, int64_t rows,
                     int64_t vocab, int64_t k, float* scores, int64_t* indices) {
@@ -90,9 +91,9 @@ void top_candidates(const float* lprobs, const float* cumulative, int64_t bsz, i
         const int64_t base = r * vocab;
         const float shift = cumulative != nullptr ? cumulative[b * beam + r] : 0.0f;
         int64_t j = 0;
-        for (; j < vocab && !top.full(); ++j) top.offer(cumulative != nullptr ? row[j] + shift : row[j], base + j);
+        for (; j < vocab && !top.full(); ++j) top.offer(row[j] + shift, base + j);
 #ifdef FSQ_AVX512_SCAN
-        if (has_avx512()) j = scan_avx512(row, shift, j, vocab, base, top);
+        if (core::cpu_has_avx512f()) j = scan_avx512(row, shift, j, vocab, base, top);
 #endif
         scan_scalar(row, shift, j, vocab, base, top);
       }

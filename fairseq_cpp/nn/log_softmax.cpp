@@ -7,6 +7,8 @@
 #include <ATen/Parallel.h>
 #include <torch/torch.h>
 
+#include "fairseq_cpp/core/runtime.h"
+
 #if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
 #include <immintrin.h>
 #define FSQ_LOG_SOFTMAX_AVX512 1
@@ -75,11 +77,6 @@ __attribute__((target("avx512f"))) void log_softmax_row(const float* in, float* 
 }
 
 #pragma GCC diagnostic pop
-
-bool has_avx512() {
-  static const bool yes = __builtin_cpu_supports("avx512f");
-  return yes;
-}
 #endif
 
 }  // namespace
@@ -87,7 +84,7 @@ bool has_avx512() {
 at::Tensor log_softmax_last_dim(const at::Tensor& x) {
 #ifdef FSQ_LOG_SOFTMAX_AVX512
   const bool needs_grad = at::GradMode::is_enabled() && x.requires_grad();
-  if (has_avx512() && !needs_grad && x.is_cpu() && x.scalar_type() == at::kFloat && x.dim() > 0 && x.size(-1) > 0) {
+  if (core::cpu_has_avx512f() && !needs_grad && x.is_cpu() && x.scalar_type() == at::kFloat && x.dim() > 0 && x.size(-1) > 0) {
     const at::Tensor in = x.contiguous();
     const int64_t n = in.size(-1), rows = in.numel() / n;
     at::Tensor out = at::empty_like(in);

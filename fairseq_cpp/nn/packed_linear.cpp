@@ -4,10 +4,13 @@
 #include <cstdint>
 #include <mutex>
 #include <unordered_map>
+#include <vector>
 
 #include <ATen/Parallel.h>
 #include <c10/util/intrusive_ptr.h>
 #include <torch/torch.h>
+
+#include "fairseq_cpp/core/runtime.h"
 
 #if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
 #include <immintrin.h>
@@ -38,21 +41,27 @@ struct Entry {
   explicit Entry(const at::Tensor& weight)
       : owner(weight.getIntrusivePtr()),
         data(weight.data_ptr()),
-        version(static_cast<int64_t>(weight._version())) {
+        version(static_cast<int64_t>(weight._version())),
+        sizes(weight.sizes().vec()),
+        strides(weight.strides().vec()) {
     c10::InferenceMode inference;
     packed = pack(weight.detach());
   }
   bool holds(const at::Tensor& weight) const {
-    return !owner.expired() && data == weight.data_ptr() && version == static_cast<int64_t>(weight._version());
+    return !owner.expired() && data == weight.data_ptr() && version == static_cast<int64_t>(weight._version()) &&
+           weight.sizes() == c10::IntArrayRef(sizes) && weight.strides() == c10::IntArrayRef(strides);
   }
   c10::weak_intrusive_ptr<c10::TensorImpl, c10::UndefinedTensorImpl> owner;
   const void* data;
   int64_t version;
+  std::vector<int64_t> sizes, strides;
   at::Tensor packed;
 };
 
 // Packed weights by the identity of their tensor. An entry holds a weak reference, so its address
-// cannot be reused by another tensor while the entry exists; expired entries are dropped.
+// cannot be reused by another tensor while the entry exists; expired entries are dropped. A change
+// of data pointer, shape or version counter (every in-place write through the tensor itself)
+// repacks; a write through another tensor sharing the storage is not seen (none in this project).
 class PackedWeights {
  public:
   at::Tensor get(const at::Tensor& weight) {
@@ -129,8 +138,7 @@ PackedLinearScope::~PackedLinearScope() { scope_enabled = previous_; }
 
 bool packed_linear_supported() {
 #ifdef FSQ_PACKED_KERNEL
-  static const bool supported = __builtin_cpu_supports("avx512f");
-  return supported;
+  return core::cpu_has_avx512f();
 #else
   return false;
 #endif
@@ -140,9 +148,12 @@ size_t packed_weight_count() { return packed_weights().live(); }
 
 at::Tensor packed_linear(const at::Tensor& x, const at::Tensor& weight, const at::Tensor& bias) {
   TORCH_CHECK(packed_linear_supported(), "packed_linear: this CPU has no AVX-512F");
-  TORCH_CHECK(x.device().is_cpu() && x.scalar_type() == at::kFloat && weight.scalar_type() == at::kFloat &&
-                  weight.dim() == 2 && x.size(-1) == weight.size(1),
+  TORCH_CHECK(x.device().is_cpu() && weight.device().is_cpu() && x.scalar_type() == at::kFloat &&
+                  weight.scalar_type() == at::kFloat && weight.dim() == 2 && x.size(-1) == weight.size(1),
               "packed_linear: float32 CPU (..., K) input and (N, K) weight expected");
+  TORCH_CHECK(!bias.defined() || (bias.device().is_cpu() && bias.scalar_type() == at::kFloat &&
+                                  bias.numel() == weight.size(0)),
+              "packed_linear: float32 CPU bias of N values expected");
   const int64_t n = weight.size(0), k = weight.size(1);
   const at::Tensor panels = packed_weights().get(weight);
   const at::Tensor input = x.reshape({-1, k}).contiguous();

@@ -83,6 +83,14 @@ TEST(SearchBatches, PartsOnWorkersGiveTheHypothesesOfWholeBatchesInOrder) {
   });
   EXPECT_EQ(order, (std::vector<size_t>{0, 1, 2, 3, 4}));
   EXPECT_EQ(at::get_num_threads(), threads_before) << "the intra-op thread count is restored";
+
+  // One sentence for 3 workers (fewer parts than workers): searched as it is.
+  const auto single = random_batches({1});
+  Hypotheses alone = generator.generate(*model, single[0].src_tokens, single[0].src_lengths);
+  search_batches(generator, *model, single, 3, [&](size_t, Hypotheses&& found) {
+    ASSERT_EQ(found.size(), 1u);
+    EXPECT_EQ(found[0][0].tokens, alone[0][0].tokens);
+  });
 }
 
 TEST(SearchBatches, SamplingKeepsWholeBatches) {

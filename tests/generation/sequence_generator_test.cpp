@@ -135,6 +135,14 @@ TEST(BeamSearchStep, OnePassEqualsSumAndTopk) {
       }
     }
   }
+  // A NaN ranks first, as in torch's topk, and does not stop better words from entering.
+  at::Tensor lprobs = torch::log_softmax(torch::randn({1, beam, vocab}), -1);
+  lprobs[0][0][0] = std::numeric_limits<float>::quiet_NaN();
+  Candidates c = beam_search_step(1, lprobs, torch::zeros({1, beam}));
+  auto [top, index] = lprobs.view({1, -1}).topk(2 * beam, 1);
+  EXPECT_TRUE(std::isnan(c.scores[0][0].item<float>()));
+  EXPECT_EQ(c.tokens[0][0].item<int64_t>(), 0);
+  EXPECT_TRUE(torch::equal(c.scores.narrow(1, 1, 2 * beam - 1), top.narrow(1, 1, 2 * beam - 1)));
 }
 
 TEST(SequenceGenerator, FinishedHypothesisLeavesTheBeamAndLongerOneWinsAfterNormalization) {

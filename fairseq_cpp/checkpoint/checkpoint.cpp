@@ -7,12 +7,12 @@
 #include <cstring>
 #include <filesystem>
 #include <fstream>
-#include <iterator>
 #include <string_view>
 #include <vector>
 
 #include <caffe2/serialize/inline_container.h>
 #include <torch/csrc/jit/serialization/export.h>
+#include <torch/csrc/jit/serialization/import_read.h>
 #include <torch/csrc/jit/serialization/pickler.h>
 #include <torch/serialize.h>
 #include <torch/torch.h>
@@ -69,6 +69,19 @@ void write_archive(int fd, const StateDict& state, const std::string& path) {
 
 std::string first_line(const std::string& text) { return text.substr(0, text.find('\n')); }
 
+// Whether the file's bytes contain `needle` (read in 1 MiB blocks that overlap by its length).
+bool file_contains(const std::string& path, std::string_view needle) {
+  std::ifstream in(path, std::ios::binary);
+  std::string window;
+  std::vector<char> block(1 << 20);
+  while (in.read(block.data(), static_cast<std::streamsize>(block.size())) || in.gcount() > 0) {
+    window.append(block.data(), static_cast<size_t>(in.gcount()));
+    if (window.find(needle) != std::string::npos) return true;
+    window.erase(0, window.size() > needle.size() ? window.size() - needle.size() : 0);
+  }
+  return false;
+}
+
 }  // namespace
 
 StateDict new_state_dict() { return c10::impl::GenericDict(c10::StringType::get(), c10::AnyType::get()); }
@@ -105,20 +118,26 @@ void save_file(const std::string& path, const StateDict& state) {
 StateDict load_file(const std::string& path) {
   std::error_code ec;
   if (!fs::is_regular_file(path, ec)) raise<UserError>("checkpoint {}: no such file", path);
-  std::ifstream in(path, std::ios::binary);
-  std::vector<char> bytes((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
-  if (!in.good() && !in.eof()) raise<OperationalError>("cannot read {}", path);
-  if (bytes.size() < 4 || std::memcmp(bytes.data(), "PK\x03\x04", 4) != 0) {
+  const auto size = fs::file_size(path, ec);
+  char magic[4] = {};
+  {
+    std::ifstream in(path, std::ios::binary);
+    if (!in) raise<OperationalError>("cannot read {}", path);
+    in.read(magic, sizeof(magic));
+  }
+  if (ec || size < 4 || std::memcmp(magic, "PK\x03\x04", 4) != 0) {
     raise<DataError>("{} is not a checkpoint: expected a zip written by torch.save / fairseq-cpp, found {}", path,
-                     bytes.size() < 4 ? "a file of " + std::to_string(bytes.size()) + " bytes" : "other content");
+                     size < 4 ? "a file of " + std::to_string(size) + " bytes" : "other content");
   }
   c10::IValue value;
   try {
-    value = torch::pickle_load(bytes);
+    // torch::pickle_load's reading, record by record from the file: the whole file is never in
+    // memory at once (it held about the model and optimizer state twice over while resuming).
+    caffe2::serialize::PyTorchStreamReader reader(path);
+    value = torch::jit::readArchiveAndTensors("data", "", "", c10::nullopt, c10::nullopt, c10::nullopt, reader);
   } catch (const c10::Error& e) {
     // fairseq's files pickle an argparse Namespace and meters that LibTorch cannot read.
-    const std::string_view all(bytes.data(), bytes.size());
-    if (all.find("optimizer_history") != std::string_view::npos) {
+    if (file_contains(path, "optimizer_history")) {
       raise<DataError>("{} is a fairseq checkpoint; convert it first: tools/fairseq-import {} OUT.pt", path, path);
     }
     raise<DataError>("{} is truncated or not a fairseq-cpp checkpoint: {}", path,

@@ -74,7 +74,7 @@ int available_cores() {
 }
 
 bool cpu_has_avx512f() {
-#if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
+#ifdef FSQ_AVX512_KERNELS
   static const bool yes = __builtin_cpu_supports("avx512f");
   return yes;
 #else

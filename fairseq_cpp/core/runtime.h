@@ -5,6 +5,12 @@
 
 #include <string>
 
+// Defined where this compiler can build AVX-512 functions (target attributes and <immintrin.h>)
+// for a run-time choice by cpu_has_avx512f(); the kernels that use it have a portable fallback.
+#if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
+#define FSQ_AVX512_KERNELS 1
+#endif
+
 namespace fairseq_cpp::core {
 
 // Idle threads of the two thread pools must not spin against the busy ones:

@@ -10,9 +10,8 @@
 
 #include "fairseq_cpp/core/runtime.h"
 
-#if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
+#ifdef FSQ_AVX512_KERNELS
 #include <immintrin.h>
-#define FSQ_AVX512_SCAN 1
 #endif
 
 namespace fairseq_cpp::generation {
@@ -51,16 +50,10 @@ class TopK {
   std::vector<Entry> best_;
 };
 
-// Offers row[j] + shift (the float sum torch's add computes) for j in [from, to), index base + j.
-void scan_scalar(const float* row, float shift, int64_t from, int64_t to, int64_t base, TopK& top) {
-  for (int64_t j = from; j < to; ++j) {
-    top.offer(row[j] + shift, base + j);
-  }
-}
-
-#ifdef FSQ_AVX512_SCAN
-// As scan_scalar, 16 at a time: most values are below the k-th best and are passed over by one
-// compare (unordered: a NaN sum or threshold lets the lanes through to offer()).
+#ifdef FSQ_AVX512_KERNELS
+// Offers row[j] + shift (the float sum torch's add computes) for j in [from, to) 16 at a time, and
+// returns where it stopped: most values are below the k-th best and are passed over by one compare
+// (unordered: a NaN sum or threshold lets the lanes through to offer()).
 __attribute__((target("avx512f"))) int64_t scan_avx512(const float* row, float shift, int64_t from, int64_t to,
                                                        int64_t base, TopK& top) {
   const __m512 add = _mm512_set1_ps(shift);
@@ -90,12 +83,14 @@ void top_candidates(const float* lprobs, const float* cumulative, int64_t bsz, i
         const float* row = lprobs + (b * beam + r) * vocab;
         const int64_t base = r * vocab;
         const float shift = cumulative != nullptr ? cumulative[b * beam + r] : 0.0f;
+        // row[j] + shift is the float sum torch's add computes. The vector scan needs a full list
+        // (its threshold); the scalar loop takes the rest.
         int64_t j = 0;
         for (; j < vocab && !top.full(); ++j) top.offer(row[j] + shift, base + j);
-#ifdef FSQ_AVX512_SCAN
+#ifdef FSQ_AVX512_KERNELS
         if (core::cpu_has_avx512f()) j = scan_avx512(row, shift, j, vocab, base, top);
 #endif
-        scan_scalar(row, shift, j, vocab, base, top);
+        for (; j < vocab; ++j) top.offer(row[j] + shift, base + j);
       }
       top.write(scores + b * k, indices + b * k);
     }

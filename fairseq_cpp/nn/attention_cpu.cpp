@@ -202,11 +202,13 @@ at::Tensor cpu_attention(const at::Tensor& q, const at::Tensor& k, const at::Ten
               "cpu_attention with kv_rows has no gradient");
   at::Tensor qr = row_major(q);
   at::Tensor rows = kv_rows.to(at::kLong).contiguous();
-  TORCH_CHECK(rows.numel() == 0 || (rows.min().item<int64_t>() >= 0 && rows.max().item<int64_t>() < k.size(0)),
+  const int64_t* row_of = rows.data_ptr<int64_t>();
+  const int64_t n = rows.numel();
+  TORCH_CHECK(std::all_of(row_of, row_of + n, [&](int64_t r) { return r >= 0 && r < k.size(0); }),
               "cpu_attention: kv_rows out of range for ", k.size(0), " key rows");
   at::Tensor probs = at::empty({q.size(0), q.size(1), q.size(2), k.size(2)}, q.options());
   at::Tensor out = empty_heads(q.size(0), q.size(1), q.size(2), q.size(3), q.options());
-  attend(qr, row_major(k), row_major(v), m, rows.data_ptr<int64_t>(), at::Tensor(), 1.0f, probs, out);
+  attend(qr, row_major(k), row_major(v), m, row_of, at::Tensor(), 1.0f, probs, out);
   return out;
 }
 

@@ -9,15 +9,14 @@
 
 #include "fairseq_cpp/core/runtime.h"
 
-#if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
+#ifdef FSQ_AVX512_KERNELS
 #include <immintrin.h>
-#define FSQ_LOG_SOFTMAX_AVX512 1
 #endif
 
 namespace fairseq_cpp::nn {
 namespace {
 
-#ifdef FSQ_LOG_SOFTMAX_AVX512
+#ifdef FSQ_AVX512_KERNELS
 // GCC 12's AVX-512 intrinsics pass _mm512_undefined_ps() as the unused merge source and then warn
 // about it (GCC bug 105593, fixed in 13).
 #pragma GCC diagnostic push
@@ -82,7 +81,7 @@ __attribute__((target("avx512f"))) void log_softmax_row(const float* in, float* 
 }  // namespace
 
 at::Tensor log_softmax_last_dim(const at::Tensor& x) {
-#ifdef FSQ_LOG_SOFTMAX_AVX512
+#ifdef FSQ_AVX512_KERNELS
   const bool needs_grad = at::GradMode::is_enabled() && x.requires_grad();
   if (core::cpu_has_avx512f() && !needs_grad && x.is_cpu() && x.scalar_type() == at::kFloat && x.dim() > 0 && x.size(-1) > 0) {
     const at::Tensor in = x.contiguous();

@@ -12,9 +12,8 @@
 
 #include "fairseq_cpp/core/runtime.h"
 
-#if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
+#ifdef FSQ_AVX512_KERNELS
 #include <immintrin.h>
-#define FSQ_PACKED_KERNEL 1
 #endif
 
 namespace fairseq_cpp::nn {
@@ -91,7 +90,7 @@ PackedWeights& packed_weights() {
   return *cache;
 }
 
-#ifdef FSQ_PACKED_KERNEL
+#ifdef FSQ_AVX512_KERNELS
 // C[r][0..cols) = sum_k x[r][k] * panel[k][0..cols) (+ bias) for R rows, the sum in k order.
 template <int R>
 __attribute__((target("avx512f"))) void kernel(const float* x, int64_t ldx, const float* panel, int64_t k,
@@ -136,13 +135,7 @@ constexpr Kernel kKernels[kRows] = {kernel<1>, kernel<2>, kernel<3>, kernel<4>,
 PackedLinearScope::PackedLinearScope() : previous_(scope_enabled) { scope_enabled = true; }
 PackedLinearScope::~PackedLinearScope() { scope_enabled = previous_; }
 
-bool packed_linear_supported() {
-#ifdef FSQ_PACKED_KERNEL
-  return core::cpu_has_avx512f();
-#else
-  return false;
-#endif
-}
+bool packed_linear_supported() { return core::cpu_has_avx512f(); }
 
 size_t packed_weight_count() { return packed_weights().live(); }
 
@@ -162,7 +155,7 @@ at::Tensor packed_linear(const at::Tensor& x, const at::Tensor& weight, const at
   std::vector<int64_t> out_shape(x.sizes().begin(), x.sizes().end());
   out_shape.back() = n;
   at::Tensor out = at::empty({m, n}, x.options());
-#ifdef FSQ_PACKED_KERNEL
+#ifdef FSQ_AVX512_KERNELS
   const float* xp = input.data_ptr<float>();
   const float* pp = panels.data_ptr<float>();
   const float* bp = b.defined() ? b.data_ptr<float>() : nullptr;

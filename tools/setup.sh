@@ -3,12 +3,30 @@
 # GEMM fast (OpenBLAS behind libblas.so.3), then configures and builds. Idempotent: a second run
 # installs nothing and rebuilds only what changed. Nothing is downloaded at build time.
 #
-#   tools/setup.sh                 # build into ./build
+#   tools/setup.sh                 # Debian's LibTorch 1.13 (CPU): build into ./build
+#   tools/setup.sh --torch wheel   # PyTorch's wheel (LibTorch 2.x, CUDA): .venv/ and ./build-wheel
 #   BUILD_DIR=out tools/setup.sh   # elsewhere
+#
+# The wheel lane makes the project's Python environment in .venv/ (ignored by git) from the pinned
+# tools/requirements.txt, and configures against its torch with CUDA on: nvcc and the CUDA libraries
+# come from the CUDA 13 toolkit in $CUDA_HOME (default /usr/local/cuda), the target is sm_90 (H100
+# and H200), and configuring stops if LibTorch's CUDA targets are missing.
 set -euo pipefail
 
 root=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
-build_dir=${BUILD_DIR:-$root/build}
+lane=debian
+while [ $# -gt 0 ]; do
+  case "$1" in
+    --torch) lane=${2:-}; shift $(($# < 2 ? 1 : 2)) ;;
+    --torch=*) lane=${1#--torch=}; shift ;;
+    *) echo "setup: unknown argument \`$1'; usage: tools/setup.sh [--torch debian|wheel]" >&2; exit 2 ;;
+  esac
+done
+case "$lane" in
+  debian) build_dir=${BUILD_DIR:-$root/build} ;;
+  wheel) build_dir=${BUILD_DIR:-$root/build-wheel} ;;
+  *) echo "setup: --torch must be debian or wheel, but is \`$lane'" >&2; exit 2 ;;
+esac
 
 # What each package is for:
 #   g++ cmake ninja-build ccache          the build (ccache: fast rebuilds)
@@ -22,9 +40,11 @@ build_dir=${BUILD_DIR:-$root/build}
 #   python3-torch                         independent numerical references in tests (Debian's /usr/bin/python3)
 #   munge slurmctld slurmd slurm-client   the SLURM integration test runs a one-node cluster on localhost
 #   python3-matplotlib                    tools/plot-log (PNG of a training log)
+#   python3-venv                          the wheel lane's Python environment (.venv/)
 packages=(g++ cmake ninja-build ccache libtorch-dev libgloo-dev libyaml-cpp-dev libfmt-dev nlohmann-json3-dev
   libsentencepiece-dev sentencepiece libgtest-dev libopenblas0-pthread libjemalloc-dev libblas3 python3-torch
   munge slurmctld slurmd slurm-client python3-matplotlib)
+[ "$lane" = wheel ] && packages+=(python3-venv)
 
 as_root() {
   if [ "$(id -u)" -eq 0 ]; then
@@ -55,7 +75,34 @@ if [ -e "$openblas" ] && [ "$(update-alternatives --query $blas_alt 2>/dev/null 
   as_root update-alternatives --set $blas_alt "$openblas"
 fi
 
+cmake_args=()
+if [ "$lane" = wheel ]; then
+  cuda=${CUDA_HOME:-/usr/local/cuda}
+  if [ ! -x "$cuda/bin/nvcc" ]; then
+    echo "setup: the wheel lane compiles the CUDA sources and needs the CUDA 13 toolkit's nvcc, but" \
+      "$cuda/bin/nvcc is missing (set CUDA_HOME to the toolkit)" >&2
+    exit 1
+  fi
+  venv=$root/.venv
+  requirements=$root/tools/requirements.txt
+  stamp=$venv/.requirements.sha256
+  [ -x "$venv/bin/python" ] || /usr/bin/python3 -m venv "$venv"
+  if [ "$(cat "$stamp" 2>/dev/null)" != "$(sha256sum <"$requirements")" ]; then
+    echo "setup: installing tools/requirements.txt into $venv"
+    "$venv/bin/pip" install --quiet --disable-pip-version-check --no-deps -r "$requirements"
+    sha256sum <"$requirements" >"$stamp"
+  fi
+  # Every library that libtorch_cuda.so needs must resolve, from the wheels or the toolkit.
+  if ! torch_dir=$("$venv/bin/python" -c 'import os, torch; print(os.path.dirname(torch.__file__))'); then
+    echo "setup: torch from $requirements does not import (a CUDA library missing?)" >&2
+    exit 1
+  fi
+  cmake_args=(-DCMAKE_PREFIX_PATH="$torch_dir;$torch_dir/share/cmake" -DCMAKE_CUDA_COMPILER="$cuda/bin/nvcc"
+    -DCUDAToolkit_ROOT="$cuda" -DCUDA_TOOLKIT_ROOT_DIR="$cuda" -DTORCH_CUDA_ARCH_LIST=9.0 -DFSQ_REQUIRE_CUDA=ON
+    -DFSQ_PYTHON="$venv/bin/python" -DFSQ_TORCHRUN="$venv/bin/torchrun")
+fi
+
 if [ ! -f "$build_dir/build.ninja" ]; then
-  cmake -S "$root" -B "$build_dir" -G Ninja -DCMAKE_BUILD_TYPE=Release ${CMAKE_ARGS:-}
+  cmake -S "$root" -B "$build_dir" -G Ninja -DCMAKE_BUILD_TYPE=Release "${cmake_args[@]}" ${CMAKE_ARGS:-}
 fi
 cmake --build "$build_dir" -j "${JOBS:-$(nproc)}"

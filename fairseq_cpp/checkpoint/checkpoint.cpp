@@ -37,15 +37,42 @@ void write_all(int fd, const char* data, size_t size, const std::string& path) {
   }
 }
 
+// `value` with every list as a plain list, recursively. LibTorch pickles a typed list (List[int],
+// List[Tensor]) through torch.jit._pickle.build_intlist / build_tensorlist, which torch.load's
+// weights_only mode (the default since torch 2.6) refuses; a plain list needs no global.
+c10::IValue untyped(const c10::IValue& value) {
+  if (value.isList()) {
+    c10::impl::GenericList out(c10::AnyType::get());
+    for (const c10::IValue& item : value.toListRef()) out.push_back(untyped(item));
+    return out;
+  }
+  if (value.isGenericDict()) {
+    auto in = value.toGenericDict();
+    c10::impl::GenericDict out(in.keyType(), c10::AnyType::get());
+    for (const auto& item : in) out.insert(item.key(), untyped(item.value()));
+    return out;
+  }
+  if (value.isTuple()) {
+    std::vector<c10::IValue> items;
+    for (const c10::IValue& item : value.toTupleRef().elements()) items.push_back(untyped(item));
+    return c10::ivalue::Tuple::create(std::move(items));
+  }
+  return value;
+}
+
 // torch::pickle_save's zip archive (what torch.load reads), streamed into `fd`: pickle_save builds
 // the whole file in one growing vector first, about twice the model and optimizer state at its
 // peak, while training's activations are still mapped.
 void write_archive(int fd, const StateDict& state, const std::string& path) {
   std::vector<char> pickle_data;  // the structure; the tensors' bytes go straight to the file
+  // No type tags on dicts (torch.jit._pickle.restore_type_tag, LibTorch 2.x writes them by default):
+  // torch.load's weights_only mode, the default since torch 2.6, refuses that global.
   torch::jit::Pickler pickler(
-      [&](const char* bytes, size_t size) { pickle_data.insert(pickle_data.end(), bytes, bytes + size); });
+      [&](const char* bytes, size_t size) { pickle_data.insert(pickle_data.end(), bytes, bytes + size); },
+      /*tensor_table=*/nullptr, /*type_renamer=*/nullptr, /*memoized_class_types=*/nullptr, /*get_tensor_id=*/nullptr,
+      /*tag_aggregates=*/false);
   pickler.protocol();
-  pickler.pushIValue(c10::IValue(state));
+  pickler.pushIValue(untyped(c10::IValue(state)));
   pickler.stop();
   std::string write_error;
   caffe2::serialize::PyTorchStreamWriter writer([&](const void* data, size_t size) -> size_t {

@@ -4,6 +4,7 @@
 #include <numeric>
 
 #include <fmt/format.h>
+#include <fmt/ranges.h>
 
 #include "fairseq_cpp/core/errors.h"
 #include "fairseq_cpp/core/logging.h"

@@ -43,6 +43,8 @@ std::shared_ptr<Gang> distributed_init(const Topology& topology, double timeout_
   pg.timeout_seconds = timeout_seconds;
   pg.device = device;
   pg.backend = backend;
+  pg.store_served_elsewhere = topology.store_from_agent;
+  pg.store_namespace = topology.run_id;
   return make_process_group_gang(pg);
 }
 

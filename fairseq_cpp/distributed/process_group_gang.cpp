@@ -173,13 +173,24 @@ std::shared_ptr<Gang> make_process_group_gang(const ProcessGroupOptions& options
                      options.device.str());
   c10d::TCPStoreOptions store_options;
   store_options.port = static_cast<uint16_t>(options.master_port);
-  store_options.isServer = options.rank == 0;
+  store_options.isServer = options.rank == 0 && !options.store_served_elsewhere;
   store_options.numWorkers = options.world_size;
-  store_options.waitWorkers = true;
+  store_options.waitWorkers = !options.store_served_elsewhere;
   store_options.timeout = to_ms(options.timeout_seconds);
   c10::intrusive_ptr<c10d::Store> store;
   try {
     store = c10::make_intrusive<c10d::TCPStore>(options.master_addr, store_options);
+    if (options.store_served_elsewhere) {
+      // torchrun's agent keeps its store across restarts of the group, with the keys of the
+      // previous start still in it. Each rank counts its own starts; every rank of one start gets
+      // the same count, so the count names a fresh prefix for this start's rendezvous.
+      std::string job = fmt::format("fairseq_cpp/{}", options.store_namespace);
+      int64_t start = store->add(fmt::format("{}/starts/rank{}", job, options.rank), 1);
+      store = c10::make_intrusive<c10d::PrefixStore>(fmt::format("{}/start{}", job, start), store);
+      if (options.rank == 0)
+        log::info("distributed", "rendezvous in the launcher's store at {}:{}, start {} of this job",
+                 options.master_addr, options.master_port, start);
+    }
   } catch (const std::exception& e) {
     raise<GangError>("rendezvous at {}:{} failed on rank {} of {} (timeout {} s): {}", options.master_addr,
                      options.master_port, options.rank, options.world_size, options.timeout_seconds,

@@ -1,7 +1,8 @@
 #pragma once
-// A Gang over real c10d process groups: rendezvous through a TCPStore served by rank 0, Gloo for
-// CPU tensors, NCCL for CUDA tensors (CUDA builds only). Timeouts are explicit: a rank that never
-// arrives or dies mid-collective makes the others throw GangError within `timeout_seconds`.
+// A Gang over real c10d process groups: rendezvous through a TCPStore served by rank 0 (or by
+// torchrun's agent), Gloo for CPU tensors, NCCL for CUDA tensors (CUDA builds only). Timeouts are
+// explicit: a rank that never arrives or dies mid-collective makes the others throw GangError
+// within `timeout_seconds`.
 
 #include <memory>
 #include <string>
@@ -18,6 +19,10 @@ struct ProcessGroupOptions {
   double timeout_seconds = 1800;                // rendezvous and each collective; > 0
   c10::Device device = c10::Device(c10::kCPU);  // cpu => Gloo, cuda:N => NCCL
   std::string backend;                          // "gloo" | "nccl"; empty = by device
+  // The store is already served at master_addr:master_port (torchrun's agent) and outlives this
+  // group: all ranks connect as clients, under a prefix that is new for each start of the group.
+  bool store_served_elsewhere = false;
+  std::string store_namespace = "none";  // names the job in that prefix (TORCHELASTIC_RUN_ID)
 };
 
 // Joins the gang (blocks until every rank has arrived or the timeout passes).

@@ -115,6 +115,10 @@ Topology from_torchrun_vars(const TopologyInputs& in, LaunchMode mode) {
                      t.local_rank);
   check_world_size(in, t.world_size, "WORLD_SIZE");
   t.device = device_for(in, t.local_rank, "LOCAL_RANK");
+  if (mode == LaunchMode::torchrun) {
+    t.store_from_agent = env.has("TORCHELASTIC_USE_AGENT_STORE") && env.get("TORCHELASTIC_USE_AGENT_STORE") == "True";
+    t.run_id = env.has("TORCHELASTIC_RUN_ID") ? env.get("TORCHELASTIC_RUN_ID") : "none";
+  }
   return t;
 }
 
@@ -351,7 +355,7 @@ std::map<std::string, std::string> capture_environment() {
     auto eq = entry.find('=');
     if (eq == std::string::npos) continue;
     std::string name = entry.substr(0, eq);
-    bool wanted = name.rfind("SLURM_", 0) == 0 || name == "FSQ_LAUNCH_MODE";
+    bool wanted = name.rfind("SLURM_", 0) == 0 || name.rfind("TORCHELASTIC_", 0) == 0 || name == "FSQ_LAUNCH_MODE";
     for (const char* v : kTorchrunVars) wanted = wanted || name == v;
     if (wanted) out[name] = entry.substr(eq + 1);
   }

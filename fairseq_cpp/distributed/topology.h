@@ -30,6 +30,11 @@ struct Topology {
   int master_port = 0;                    // rank 0's TCPStore port; 0 for a single process
   std::string device = "cpu";             // "cpu" or "cuda:N"
   int spawn = 0;                          // > 0: this process starts `spawn` workers here and joins no gang
+  // torchrun's agent already serves the TCPStore at master_addr:master_port and keeps it across
+  // restarts (TORCHELASTIC_USE_AGENT_STORE=True): every rank connects as a client, and each start of
+  // the group works under a key prefix of its own (see make_process_group_gang).
+  bool store_from_agent = false;
+  std::string run_id;                     // TORCHELASTIC_RUN_ID, part of that prefix
 
   // "mode=slurm-per-task rank=3/8 local=1/4 master=node01:17342 device=cuda:1"
   std::string describe() const;

@@ -1,6 +1,7 @@
 #include "fairseq_cpp/optim/optimizer.h"
 
 #include <cmath>
+#include <type_traits>
 
 #include <torch/torch.h>
 
@@ -13,6 +14,26 @@ std::vector<at::Tensor> zeros_like_all(const std::vector<at::Tensor>& params) {
   std::vector<at::Tensor> out;
   out.reserve(params.size());
   for (const auto& p : params) out.push_back(torch::zeros_like(p, torch::kFloat32));
+  return out;
+}
+
+// A stored list of ints or tensors: a typed list as written, or the plain list that a checkpoint
+// file gives back (checkpoint files store every list untyped, for torch.load's weights_only mode).
+template <typename T>
+std::vector<T> stored_list(const StateDict& s, const std::string& key) {
+  constexpr bool tensors = std::is_same_v<T, at::Tensor>;
+  const c10::IValue& v = s.at(key);
+  if (!v.isList()) raise<DataError>("optimizer state: `{}` is not a list", key);
+  std::vector<T> out;
+  for (const c10::IValue& x : v.toListRef()) {
+    if (tensors ? !x.isTensor() : !x.isInt())
+      raise<DataError>("optimizer state: `{}` holds a {}, not {}", key, x.tagKind(), tensors ? "a tensor" : "an integer");
+    if constexpr (tensors) {
+      out.push_back(x.toTensor());
+    } else {
+      out.push_back(x.toInt());
+    }
+  }
   return out;
 }
 
@@ -68,7 +89,7 @@ class Adam : public Optimizer {
     exp_avg_ = load_buffers(s, "exp_avg");
     exp_avg_sq_ = load_buffers(s, "exp_avg_sq");
     if (!s.contains("step")) raise<DataError>("optimizer state: no `step` entry");
-    steps_ = s.at("step").toIntVector();
+    steps_ = stored_list<int64_t>(s, "step");
     if (steps_.size() != params_.size()) raise<DataError>("optimizer state: `step` has the wrong length");
   }
 
@@ -111,7 +132,8 @@ class Sgd : public Optimizer {
   void load_state_dict(const StateDict& s) override {
     Optimizer::load_state_dict(s);
     buffers_ = load_buffers(s, "momentum_buffer");
-    auto started = s.at("started").toIntVector();
+    if (!s.contains("started")) raise<DataError>("optimizer state: no `started` entry");
+    auto started = stored_list<int64_t>(s, "started");
     started_.assign(started.begin(), started.end());
     lr_old_ = s.at("lr_old").toDouble();
   }
@@ -206,7 +228,7 @@ void Optimizer::load_state_dict(const StateDict& s) {
 
 std::vector<at::Tensor> Optimizer::load_buffers(const StateDict& s, const std::string& key) const {
   if (!s.contains(key)) raise<DataError>("optimizer state: no `{}` entry", key);
-  std::vector<at::Tensor> out = s.at(key).toTensorVector();
+  std::vector<at::Tensor> out = stored_list<at::Tensor>(s, key);
   if (out.size() != params_.size()) {
     raise<DataError>("optimizer state `{}` has {} tensors for {} parameters (use checkpoint.reset_optimizer=true)", key,
                      out.size(), params_.size());

@@ -8,6 +8,7 @@
 #include <vector>
 
 #include <fmt/format.h>
+#include <fmt/ranges.h>
 
 #include "fairseq_cpp/core/errors.h"
 #include "fairseq_cpp/core/logging.h"

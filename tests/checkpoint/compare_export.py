@@ -35,7 +35,9 @@ ARG_KEYS = ["arch", "activation_fn", "dropout", "attention_dropout", "activation
 def main():
     original_path, exported_path = sys.argv[1:3]
     original = fairseq_import.read_fairseq(original_path)
-    exported = torch.load(exported_path, map_location="cpu")
+    # fairseq's args are an argparse.Namespace, which torch 2.6+ refuses with weights_only=True (its
+    # default): fairseq's own loader needs weights_only=False under torch 2.6+ too.
+    exported = torch.load(exported_path, map_location="cpu", weights_only=False)
     problems = []
     for key in ("args", "model", "optimizer_history", "extra_state"):
         if key not in exported:

@@ -23,7 +23,7 @@ inline std::string multi30k_dir() {
 }
 // Runs `script` with /usr/bin/python3 (Debian's, with numpy) and returns its stdout.
 inline std::string python(const std::string& script) {
-  auto r = run({"/usr/bin/python3", "-c", script});
+  auto r = run({python_executable(), "-c", script});
   EXPECT_EQ(r.exit_code, 0) << r.err;
   return r.out;
 }

@@ -255,6 +255,23 @@ TEST(Topology, SlurmPortIsDerivedFromTheJobId) {
   EXPECT_EQ(slurm_port(0), 15000);
 }
 
+TEST(Topology, TorchrunsAgentStoreIsJoinedAsAClient) {
+  // torchrun 2.x serves the store itself and says so; our own spawn and torchrun 1.x do not.
+  auto env = torchrun(1, 2, 1, 2);
+  env["TORCHELASTIC_USE_AGENT_STORE"] = "True";
+  env["TORCHELASTIC_RUN_ID"] = "job7";
+  Topology t = resolve_topology(inputs_for({"agent_store", env, nullptr, "", false}));
+  EXPECT_TRUE(t.store_from_agent);
+  EXPECT_EQ(t.run_id, "job7");
+  env["TORCHELASTIC_USE_AGENT_STORE"] = "False";
+  EXPECT_FALSE(resolve_topology(inputs_for({"own_store", env, nullptr, "", false})).store_from_agent);
+  env.erase("TORCHELASTIC_USE_AGENT_STORE");
+  EXPECT_FALSE(resolve_topology(inputs_for({"no_agent", env, nullptr, "", false})).store_from_agent);
+  env["TORCHELASTIC_USE_AGENT_STORE"] = "True";
+  env["FSQ_LAUNCH_MODE"] = "local-spawn";  // our spawn's workers never use an agent's store
+  EXPECT_FALSE(resolve_topology(inputs_for({"spawn", env, nullptr, "", false})).store_from_agent);
+}
+
 TEST(Topology, FreePortIsUsable) {
   int port = pick_free_port();
   EXPECT_GT(port, 0);

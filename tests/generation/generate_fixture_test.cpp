@@ -41,8 +41,7 @@ std::string line_starting(const std::string& text, const std::string& prefix) {
 TEST(GenerateFixture, ReproducesFairseqsHypothesesScoresOrderAndBleu) {
   testing::TempDir tmp;
   const std::string imported = tmp.path() + "/imported.pt";
-  auto imp = testing::run(
-      {testing::source_dir() + "/tools/fairseq-import", testing::fixture_path("checkpoint_best.pt"), imported});
+  auto imp = testing::run_tool("fairseq-import", {testing::fixture_path("checkpoint_best.pt"), imported});
   ASSERT_EQ(imp.exit_code, 0) << imp.err;
   auto r = testing::run({testing::program("fairseq-cpp-generate"), testing::fixture_path("data-bin"), "--path",
                          imported, "--gen-subset", "test", "--beam", "5", "--batch-size", "128", "--remove-bpe",

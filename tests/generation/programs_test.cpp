@@ -115,7 +115,7 @@ data = sys.stdin.buffer.read().decode('utf-8')
 for l in data.split('\x1e')[:-1]:
     sys.stdout.write(tok(l) + '\x1e')
 )");
-  auto r = testing::run({"/usr/bin/python3", script}, {}, input);
+  auto r = testing::run({testing::python_executable(), script}, {}, input);
   ASSERT_EQ(r.exit_code, 0) << r.err;
   std::vector<std::string> expected;
   std::stringstream out(r.out);

@@ -57,9 +57,9 @@ TEST_F(FairseqFixture, ValidateReproducesFairseqsValidationLoss) {
 
 TEST_F(FairseqFixture, ExportGivesBackFairseqsFile) {
   const std::string exported = dir_->path() + "/exported.pt";
-  auto r = testing::run({testing::source_dir() + "/tools/fairseq-export", imported_, exported});
+  auto r = testing::run_tool("fairseq-export", {imported_, exported});
   ASSERT_EQ(r.exit_code, 0) << r.err;
-  r = testing::run({"/usr/bin/python3", testing::source_dir() + "/tests/checkpoint/compare_export.py",
+  r = testing::run({testing::python_executable(), testing::source_dir() + "/tests/checkpoint/compare_export.py",
                     fixture_dir() + "/checkpoint_best.pt", exported});
   EXPECT_EQ(r.exit_code, 0) << r.out << r.err;
   EXPECT_EQ(r.out.rfind("OK: 132 state-dict entries", 0), 0u) << r.out;
@@ -81,14 +81,32 @@ TEST(FairseqFiles, BadInputsGetOneLineErrorsAndExitCode2) {
   // A truncated file to the importer.
   const std::string bytes = testing::read_file(fairseq_file);
   const std::string cut = dir.write("cut.pt", bytes.substr(0, 100000));
-  r = testing::run({testing::source_dir() + "/tools/fairseq-import", cut, dir.path() + "/out.pt"});
+  r = testing::run_tool("fairseq-import", {cut, dir.path() + "/out.pt"});
   EXPECT_EQ(r.exit_code, 2);
   EXPECT_NE(r.err.find(cut), std::string::npos) << r.err;
   EXPECT_EQ(std::count(r.err.begin(), r.err.end(), '\n'), 1) << r.err;
   EXPECT_FALSE(fs::exists(dir.path() + "/out.pt"));
+  // A file whose pickle would run a command: both tools refuse it, and the command never runs.
+  const std::string evil = dir.path() + "/evil.pt", marker = dir.path() + "/marker";
+  const char* make_evil =
+      "import os, sys, torch\n"
+      "class Evil:\n"
+      "    def __reduce__(self):\n"
+      "        return (os.system, ('touch ' + sys.argv[2],))\n"
+      "torch.save({'model': {'w': torch.zeros(2)}, 'cfg': '', 'args': Evil()}, sys.argv[1])\n";
+  r = testing::run({testing::python_executable(), "-c", make_evil, evil, marker});
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  ASSERT_FALSE(fs::exists(marker));
+  for (const char* tool : {"fairseq-import", "fairseq-export"}) {
+    r = testing::run_tool(tool, {evil, dir.path() + "/out.pt"});
+    EXPECT_EQ(r.exit_code, 2) << tool << ": " << r.err;
+    EXPECT_NE(r.err.find("refusing to load the global posix.system"), std::string::npos) << tool << ": " << r.err;
+    EXPECT_FALSE(fs::exists(marker)) << tool << " ran the file's command";
+    EXPECT_FALSE(fs::exists(dir.path() + "/out.pt"));
+  }
   // Not a checkpoint at all, to the exporter.
   const std::string text = dir.write("text.pt", "hello\n");
-  r = testing::run({testing::source_dir() + "/tools/fairseq-export", text, dir.path() + "/out.pt"});
+  r = testing::run_tool("fairseq-export", {text, dir.path() + "/out.pt"});
   EXPECT_EQ(r.exit_code, 2);
   EXPECT_NE(r.err.find(text), std::string::npos) << r.err;
 }

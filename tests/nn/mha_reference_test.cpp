@@ -49,7 +49,7 @@ TEST(AttentionReference, EqualsPytorchsMultiHeadAttentionForward) {
   testing::TempDir dir;
   const std::string path = dir.path() + "/cases.pt";
   checkpoint::save_file(path, cases);
-  auto r = testing::run({"/usr/bin/python3", testing::source_dir() + "/tests/nn/mha_reference.py", path});
+  auto r = testing::run({testing::python_executable(), testing::source_dir() + "/tests/nn/mha_reference.py", path});
   ASSERT_EQ(r.exit_code, 0) << "python3-torch reference failed (is python3-torch installed?)\n" << r.err;
   std::istringstream lines(r.out);
   std::string name;

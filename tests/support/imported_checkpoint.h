@@ -27,7 +27,7 @@ class ImportedFairseqCheckpoint : public ::testing::Test {
   static void SetUpTestSuite() {
     dir_ = new TempDir();
     imported_ = dir_->path() + "/imported.pt";
-    auto r = run({source_dir() + "/tools/fairseq-import", fixture_path("checkpoint_best.pt"), imported_});
+    auto r = run_tool("fairseq-import", {fixture_path("checkpoint_best.pt"), imported_});
     import_status_ = r.exit_code;
     import_err_ = r.err;
   }

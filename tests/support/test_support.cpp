@@ -141,4 +141,12 @@ static std::string env_or(const char* name, const char* built_in) {
 std::string program(const std::string& name) { return env_or("FSQ_BIN_DIR", FSQ_BIN_DIR) + "/" + name; }
 std::string source_dir() { return env_or("FSQ_SOURCE_DIR", FSQ_SOURCE_DIR); }
 
+std::string python_executable() { return env_or("FSQ_PYTHON", FSQ_PYTHON); }
+
+RunResult run_tool(const std::string& name, const std::vector<std::string>& args) {
+  std::vector<std::string> argv{python_executable(), source_dir() + "/tools/" + name};
+  argv.insert(argv.end(), args.begin(), args.end());
+  return run(argv);
+}
+
 }  // namespace fairseq_cpp::testing

@@ -62,5 +62,10 @@ class BackgroundProcess {
 std::string program(const std::string& name);
 // The source tree's root ($FSQ_SOURCE_DIR, else the one built from).
 std::string source_dir();
+// The Python with torch that references and tools run under ($FSQ_PYTHON, else the build's: Debian's
+// /usr/bin/python3 in the default lane, the virtual environment's in the wheel lane).
+std::string python_executable();
+// Runs one of tools/ (fairseq-import, fairseq-export, ...) under python_executable().
+RunResult run_tool(const std::string& name, const std::vector<std::string>& args);
 
 }  // namespace fairseq_cpp::testing

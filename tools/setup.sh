@@ -99,10 +99,14 @@ if [ "$lane" = wheel ]; then
   fi
   cmake_args=(-DCMAKE_PREFIX_PATH="$torch_dir;$torch_dir/share/cmake" -DCMAKE_CUDA_COMPILER="$cuda/bin/nvcc"
     -DCUDAToolkit_ROOT="$cuda" -DCUDA_TOOLKIT_ROOT_DIR="$cuda" -DTORCH_CUDA_ARCH_LIST=9.0 -DFSQ_REQUIRE_CUDA=ON
-    -DFSQ_PYTHON="$venv/bin/python" -DFSQ_TORCHRUN="$venv/bin/torchrun")
+    -DFSQ_PYTHON="$venv/bin/python" -DFSQ_TORCHRUN="$venv/bin/torchrun" -DFSQ_SACREBLEU_PYTHON="$venv/bin/python"
+    -DPython_EXECUTABLE="$venv/bin/python")
 fi
 
-if [ ! -f "$build_dir/build.ninja" ]; then
+# Configure a new build folder, and again whenever this script's CMake arguments change.
+args_stamp=$(printf '%s\n' "${cmake_args[@]}" "${CMAKE_ARGS:-}" | sha256sum)
+if [ ! -f "$build_dir/build.ninja" ] || [ "$(cat "$build_dir/.setup-args" 2>/dev/null)" != "$args_stamp" ]; then
   cmake -S "$root" -B "$build_dir" -G Ninja -DCMAKE_BUILD_TYPE=Release "${cmake_args[@]}" ${CMAKE_ARGS:-}
+  echo "$args_stamp" >"$build_dir/.setup-args"
 fi
 cmake --build "$build_dir" -j "${JOBS:-$(nproc)}"

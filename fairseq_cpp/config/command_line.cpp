@@ -23,6 +23,30 @@ bool is_assignment(const std::string& arg) {
   return dot != std::string::npos && dot < eq && arg.find('/') > eq;
 }
 
+// Whether `arg` can be a further value of a list flag: not a flag (a lone "-" is standard input),
+// not a config file, not a section.key=value assignment.
+bool takes_list_value(const std::string& arg) {
+  return (arg == "-" || arg.rfind('-', 0) != 0) && !is_yaml_path(arg) && !is_assignment(arg);
+}
+
+// `text` as a YAML double-quoted scalar: read back exactly.
+std::string yaml_quoted(const std::string& text) {
+  std::string out = "\"";
+  for (char c : text) {
+    if (c == '"' || c == '\\') out += '\\';
+    out += c;
+  }
+  return out + '"';
+}
+
+// ["a", "b"]: values as a YAML flow list of double-quoted strings (YAML reads numbers in quotes as
+// the list's element type).
+std::string yaml_flow_list(const std::vector<std::string>& values) {
+  std::string out = "[";
+  for (size_t i = 0; i < values.size(); ++i) out += (i ? ", " : "") + yaml_quoted(values[i]);
+  return out + "]";
+}
+
 template <typename Named>
 bool has_name(const std::vector<Named>& items, const std::string& name) {
   return std::any_of(items.begin(), items.end(), [&](const auto& item) { return item.first == name; });
@@ -57,8 +81,8 @@ CommandLine parse_command_line(const ProgramSpec& spec, const std::vector<std::s
         cl.switches.insert(name);
         continue;
       }
-      bool is_switch = false;
-      std::string key = key_for_flag(name, &is_switch);
+      bool is_switch = false, is_list = false, is_string = false;
+      std::string key = key_for_flag(name, &is_switch, &is_list, &is_string);
       if (key.empty()) {
         std::vector<std::string> known = all_flags();
         for (const auto& s : spec.switches) known.push_back(s.first);
@@ -74,12 +98,18 @@ CommandLine parse_command_line(const ProgramSpec& spec, const std::vector<std::s
           value = "true";
         } else if (i + 1 < args.size()) {
           value = args[++i];
+          // A list flag takes the values up to the next flag, assignment or config file, as
+          // argparse's nargs='+': `--ref a.de b.de`, `--lr 0.25 0.1`.
+          std::vector<std::string> values{value};
+          while (is_list && i + 1 < args.size() && takes_list_value(args[i + 1])) values.push_back(args[++i]);
+          if (values.size() > 1) value = yaml_flow_list(values);
         } else {
           problems.push_back(fmt::format("{}: `--{}` needs a value (it sets `{}`).", origin, name, key));
           continue;
         }
       }
-      cl.assignments.push_back({key, value, fmt::format("--{} {}", name, value)});
+      const std::string source = fmt::format("--{} {}", name, value);
+      cl.assignments.push_back({key, is_string ? yaml_quoted(value) : value, source});
     } else if (is_assignment(arg)) {
       auto eq = arg.find('=');
       cl.assignments.push_back({arg.substr(0, eq), arg.substr(eq + 1), fmt::format("command line `{}`", arg)});

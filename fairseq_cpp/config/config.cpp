@@ -449,7 +449,7 @@ std::string describe_keys(const std::vector<std::string>& wanted) {
   return out;
 }
 
-std::string key_for_flag(const std::string& flag, bool* is_switch) {
+std::string key_for_flag(const std::string& flag, bool* is_switch, bool* is_list, bool* is_string) {
   Config defaults;
   for (const auto& section : describe(defaults)) {
     for (const auto& f : section.fields()) {
@@ -463,6 +463,11 @@ std::string key_for_flag(const std::string& flag, bool* is_switch) {
       if (!match) continue;
       if (is_switch != nullptr)
         *is_switch = std::holds_alternative<bool*>(f.ref) || std::holds_alternative<std::optional<bool>*>(f.ref);
+      if (is_string != nullptr) *is_string = std::holds_alternative<std::string*>(f.ref);
+      if (is_list != nullptr)
+        *is_list = std::holds_alternative<std::vector<int64_t>*>(f.ref) ||
+                   std::holds_alternative<std::vector<double>*>(f.ref) ||
+                   std::holds_alternative<std::vector<std::string>*>(f.ref);
       return section.name() + "." + f.name;
     }
   }

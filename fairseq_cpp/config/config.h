@@ -32,8 +32,11 @@ std::string dump_config(const Config& config);
 std::string describe_keys(const std::vector<std::string>& sections = {});
 
 // The key that `--flag` sets ("max-tokens" -> "dataset.max_tokens"); empty when none does.
-// `is_switch` is set when the key is a bool that the flag alone turns on.
-std::string key_for_flag(const std::string& flag, bool* is_switch = nullptr);
+// `is_switch` is set when the key is a bool that the flag alone turns on, `is_list` when it holds a
+// list (the flag then takes several values, as fairseq's nargs='+' flags do), `is_string` when it
+// holds a string (the flag's value is then taken as it is, not as YAML: `--sys -`, `--remove-bpe "@@ "`).
+std::string key_for_flag(const std::string& flag, bool* is_switch = nullptr, bool* is_list = nullptr,
+                         bool* is_string = nullptr);
 // All flags, for suggestions.
 std::vector<std::string> all_flags();
 

@@ -259,8 +259,23 @@ void describe(InteractiveConfig& c, Section& s) {
 
 void describe(ScoringConfig& c, Section& s) {
   s.add("sys", &c.sys, "hypothesis file, one sentence per line (/dev/stdin = standard input)");
-  s.add("ref", &c.ref, "reference file, one sentence per line");
-  s.add("metric", &c.metric, "comma-separated metrics: bleu, chrf");
+  s.add("ref", &c.ref, "reference files, one sentence per line each (--ref a.de b.de: two references)");
+  s.add("metric", &c.metric, "comma-separated metrics: bleu, chrf, chrf++, ter (sacreBLEU's)");
+  s.add("tokenize", &c.tokenize, "BLEU's tokenizer, as sacreBLEU's --tokenize").one_of({"13a", "intl", "zh", "char", "none"});
+  s.add("lowercase", &c.lowercase, "BLEU on lowercased text (sacreBLEU's --lowercase)");
+  s.add("smooth_method", &c.smooth_method, "BLEU's smoothing").one_of({"exp", "floor", "add-k", "none"});
+  s.add("smooth_value", &c.smooth_value, "the value of floor (default 0.1) and add-k (default 1) smoothing").at_least(0);
+  s.add("chrf_char_order", &c.chrf_char_order, "chrF's character n-gram order").at_least(0);
+  s.add("chrf_word_order", &c.chrf_word_order, "chrF's word n-gram order (2: chrF++)").at_least(0);
+  s.add("chrf_beta", &c.chrf_beta, "chrF's recall weight").at_least(0);
+  s.add("chrf_whitespace", &c.chrf_whitespace, "chrF: keep whitespace in character n-grams");
+  s.add("chrf_lowercase", &c.chrf_lowercase, "chrF on lowercased text");
+  s.add("chrf_eps_smoothing", &c.chrf_eps_smoothing, "chrF: chrF++.py's epsilon smoothing instead of effective order");
+  s.add("ter_case_sensitive", &c.ter_case_sensitive, "TER: keep case (TER lowercases by default)");
+  s.add("ter_normalized", &c.ter_normalized, "TER: Tercom's normalisation (punctuation apart, entities decoded)");
+  s.add("ter_no_punct", &c.ter_no_punct, "TER: remove punctuation");
+  s.add("ter_asian_support", &c.ter_asian_support, "TER: CJK characters and punctuation apart (with the two above)");
+  s.add("width", &c.width, "decimals of the printed scores (sacreBLEU's --width)").in_range(0, 10);
 }
 
 std::vector<Section> describe(Config& cfg) {

@@ -273,8 +273,23 @@ void describe(InteractiveConfig& c, Section& s);
 // `scoring`: fairseq-score's files and the metrics to compute.
 struct ScoringConfig {
   std::string sys;                   // hypothesis file, one sentence per line (/dev/stdin: standard input)
-  std::string ref;                   // reference file, one sentence per line
-  std::string metric = "bleu,chrf";  // comma-separated metrics: bleu, chrf
+  std::vector<std::string> ref;      // reference files, one sentence per line each
+  std::string metric = "bleu,chrf";  // comma-separated metrics: bleu, chrf, chrf++, ter
+  std::string tokenize = "13a";      // BLEU's tokenizer
+  bool lowercase = false;            // BLEU on lowercased text
+  std::string smooth_method = "exp";
+  std::optional<double> smooth_value;
+  int64_t chrf_char_order = 6;
+  int64_t chrf_word_order = 0;
+  int64_t chrf_beta = 2;
+  bool chrf_whitespace = false;
+  bool chrf_lowercase = false;
+  bool chrf_eps_smoothing = false;
+  bool ter_case_sensitive = false;
+  bool ter_normalized = false;
+  bool ter_no_punct = false;
+  bool ter_asian_support = false;
+  int64_t width = 2;  // decimals of the scores
 };
 void describe(ScoringConfig& c, Section& s);
 

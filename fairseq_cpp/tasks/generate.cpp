@@ -20,10 +20,11 @@
 #include "fairseq_cpp/data/sentencepiece.h"
 #include "fairseq_cpp/data/text.h"
 #include "fairseq_cpp/generation/batch_search.h"
-#include "fairseq_cpp/generation/fairseq_bleu.h"
 #include "fairseq_cpp/generation/output.h"
-#include "fairseq_cpp/generation/sacrebleu.h"
 #include "fairseq_cpp/generation/sequence_generator.h"
+#include "fairseq_cpp/scoring/fairseq_bleu.h"
+#include "fairseq_cpp/scoring/scorer.h"
+#include "fairseq_cpp/scoring/unicode.h"
 #include "fairseq_cpp/tasks/compute_setup.h"
 #include "fairseq_cpp/tasks/programs.h"
 #include "fairseq_cpp/tasks/translation_setup.h"
@@ -145,8 +146,8 @@ int generate_main(const Invocation& inv) {
   auto batches = dataset.make_batches(static_cast<uint32_t>(cfg.common.seed), true, filter, batching);
 
   generation::SequenceGenerator generator = make_generator(cfg, t.tgt_dict);
-  generation::FairseqBleu scorer(t.tgt_dict);
-  std::vector<std::string> sacre_sys, sacre_ref;
+  scoring::FairseqBleu scorer(t.tgt_dict);
+  auto sacrebleu = scoring::make_scorer("bleu", scoring::ScoringOptions{});
   Output out(cfg.common_eval.results_path, subset);
   const bool quiet = cfg.common_eval.quiet;
   const int64_t nbest = cfg.generation.nbest;
@@ -190,8 +191,7 @@ int generate_main(const Invocation& inv) {
         }
         if (has_target && j == 0) {
           if (cfg.generation.sacrebleu) {
-            sacre_ref.push_back(target_str);
-            sacre_sys.push_back(hypo_str);
+            sacrebleu->add(std::string_view(hypo_str), {std::string_view(target_str)});
           } else if (post_processed) {
             scorer.add(scorer.encode_line(target_str), std::move(hypo_ids));
           } else {
@@ -228,7 +228,7 @@ int generate_main(const Invocation& inv) {
              num_tokens, seconds, static_cast<double>(num_sentences) / s, static_cast<double>(num_tokens) / s);
   if (has_target) {
     const std::string result = cfg.generation.sacrebleu
-                                   ? generation::format_bleu(generation::corpus_bleu(sacre_sys, sacre_ref))
+                                   ? sacrebleu->format(sacrebleu->score())
                                    : scorer.result_string();
     fmt::print("| Generate {} with beam={}: {}\n", subset, cfg.generation.beam, result);
   }
@@ -282,7 +282,7 @@ int interactive_main(const Invocation& inv) {
     std::vector<Item> items;
     for (const std::string& line : buffer) {
       Item item{next_id++, "", {}};
-      const std::string_view text = generation::rstrip(line);
+      const std::string_view text = scoring::unicode::rstrip(std::string_view(line));
       if (data::find_invalid_utf8(text) != std::string::npos) {
         log::warning("interactive", "line {}: not valid UTF-8; skipped", item.id + 1);
         continue;

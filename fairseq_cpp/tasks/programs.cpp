@@ -57,18 +57,31 @@ const config::ProgramSpec& interactive_spec() {
   return spec;
 }
 
+const config::ProgramSpec& score_spec() {
+  static const config::ProgramSpec spec{
+      "fairseq-cpp-score",
+      "fairseq-cpp-score --sys HYP --ref REF [REF ...] [--metric bleu,chrf,chrf++,ter] [--flag value ...]",
+      "sacreBLEU's BLEU, chrF, chrF++ and TER of a hypothesis file against one or more reference files,\n"
+      "with sacreBLEU's options and signatures (fairseq-score; the same as fairseq-cpp-eval score).",
+      {"scoring"},
+      "",
+      {},
+      {}};
+  return spec;
+}
+
 const config::ProgramSpec& eval_spec() {
   static const config::ProgramSpec spec{
       "fairseq-cpp-eval",
       "fairseq-cpp-eval validate DATA --path CHECKPOINT [--valid-subset valid] [--max-tokens N]\n"
-      "       fairseq-cpp-eval score --sys HYP --ref REF [--metric bleu,chrf]",
-      "Evaluate: the loss and perplexity of a checkpoint on a split (fairseq-validate), or BLEU/chrF\n"
-      "of a hypothesis file (fairseq-score).",
+      "       fairseq-cpp-eval score --sys HYP --ref REF [REF ...] [--metric bleu,chrf,chrf++,ter]",
+      "Evaluate: the loss and perplexity of a checkpoint on a split (fairseq-validate), or sacreBLEU's\n"
+      "metrics of a hypothesis file (fairseq-score; also fairseq-cpp-score, which starts faster).",
       {"common", "common_eval", "dataset", "task", "criterion", "scoring"},
       "task.data",
       {},
       {{"validate", "loss/nll/perplexity of a checkpoint on a split"},
-       {"score", "BLEU and chrF of a hypothesis file against references"}}};
+       {"score", "BLEU, chrF, chrF++ and TER of a hypothesis file against references"}}};
   return spec;
 }
 

@@ -10,11 +10,15 @@ const config::ProgramSpec& preprocess_spec();
 const config::ProgramSpec& generate_spec();
 const config::ProgramSpec& interactive_spec();
 const config::ProgramSpec& eval_spec();
+const config::ProgramSpec& score_spec();
 
 int train_main(const Invocation& inv);
 int preprocess_main(const Invocation& inv);
 int generate_main(const Invocation& inv);
 int interactive_main(const Invocation& inv);
 int eval_main(const Invocation& inv);
+int score_program_main(const Invocation& inv);
+// The scores of `cfg.scoring`'s files, printed as sacreBLEU prints them (fairseq-cpp-eval score too).
+int score_main(const config::Config& cfg);
 
 }  // namespace fairseq_cpp::tasks

@@ -1,4 +1,5 @@
 #include "fairseq_cpp/config/command_line.h"
+#include "fairseq_cpp/config/config.h"
 
 #include <gtest/gtest.h>
 
@@ -58,6 +59,21 @@ TEST(CommandLine, FairseqRegistryFlags) {
   EXPECT_EQ(cfg.criterion._name, "label_smoothed_cross_entropy");
   EXPECT_EQ(cfg.task._name, "translation");
   EXPECT_EQ(cl.assignments[2].key, "lr_scheduler._name");
+}
+
+TEST(CommandLine, ListFlagsTakeSeveralValuesAsArgparsesNargs) {
+  // `--ref a.de b.de` and fairseq's `--lr 0.25 0.1`: values up to the next flag, config file or
+  // assignment; one value stays a scalar (a list key takes a scalar too).
+  auto cl = parse_command_line(spec_with("", {{"score", ""}}),
+                               {"score", "--ref", "a.de", "b \"x\".de", "--lr", "0.25", "0.1", "c.yaml", "--sys", "-",
+                                "--update-freq", "4", "dataset.max_tokens=9"});
+  Config cfg = load_config("", cl.assignments);
+  EXPECT_EQ(cfg.scoring.ref, (std::vector<std::string>{"a.de", "b \"x\".de"}));
+  EXPECT_EQ(cfg.optimization.lr, (std::vector<double>{0.25, 0.1}));
+  EXPECT_EQ(cl.config_file, "c.yaml");
+  EXPECT_EQ(cfg.scoring.sys, "-");
+  EXPECT_EQ(cfg.optimization.update_freq, (std::vector<int64_t>{4}));
+  EXPECT_EQ(cfg.dataset.max_tokens, 9);
 }
 
 TEST(CommandLine, AliasesAreFlagsToo) {

@@ -8,7 +8,7 @@
 #include <regex>
 #include <sstream>
 
-#include "fairseq_cpp/generation/sacrebleu.h"
+#include "fairseq_cpp/scoring/tokenizers.h"
 #include "tests/support/imported_checkpoint.h"
 #include "tests/support/test_support.h"
 
@@ -62,6 +62,18 @@ TEST_F(ScoreProgram, ReproducesSacrebleusFiguresOnTheFixture) {
   ASSERT_EQ(chrf.exit_code, 0) << chrf.err;
   EXPECT_EQ(count_lines(chrf.out, "chrF2|"), 1);
   EXPECT_EQ(count_lines(chrf.out, "BLEU|"), 0);
+  // fairseq-cpp-score is the same program without LibTorch; several metrics and references.
+  std::vector<std::string> args{"--sys", testing::fixture_path("test.hyp.de"), "--ref", ref_, ref_, "--metric",
+                                "bleu,chrf++,ter", "--tokenize", "intl"};
+  std::vector<std::string> eval_argv{testing::program("fairseq-cpp-eval"), "score"}, score_argv{
+                                                                                     testing::program("fairseq-cpp-score")};
+  eval_argv.insert(eval_argv.end(), args.begin(), args.end());
+  score_argv.insert(score_argv.end(), args.begin(), args.end());
+  auto via_eval = testing::run(eval_argv), via_score = testing::run(score_argv);
+  ASSERT_EQ(via_score.exit_code, 0) << via_score.err;
+  EXPECT_EQ(via_score.out, via_eval.out);
+  for (const char* line : {"BLEU|nrefs:2|", "chrF2++|nrefs:2|", "TER|nrefs:2|"})
+    EXPECT_EQ(count_lines(via_score.out, line), 1) << via_score.out;
   // The hypotheses from standard input.
   auto piped = testing::run({testing::program("fairseq-cpp-eval"), "score", "--sys", "/dev/stdin", "--ref", ref_}, {},
                             testing::read_file(testing::fixture_path("test.hyp.de")));
@@ -77,10 +89,24 @@ TEST_F(ScoreProgram, BadInputIsAOneLineUserError) {
   EXPECT_EQ(r.exit_code, 2);
   EXPECT_NE(r.err.find("has 2 lines but"), std::string::npos) << r.err;
   EXPECT_EQ(count_lines(r.err, ""), 1) << r.err;
+  // The second of two references is the short one: both counts named.
+  r = testing::run({testing::program("fairseq-cpp-eval"), "score", "--sys", three, "--ref", three, two});
+  EXPECT_EQ(r.exit_code, 2);
+  EXPECT_NE(r.err.find(three + " has 3 lines but " + two + " has 2"), std::string::npos) << r.err;
   auto metric =
-      testing::run({testing::program("fairseq-cpp-eval"), "score", "--sys", two, "--ref", two, "--metric", "ter"});
+      testing::run({testing::program("fairseq-cpp-eval"), "score", "--sys", two, "--ref", two, "--metric", "bleu,tre"});
   EXPECT_EQ(metric.exit_code, 2);
-  EXPECT_NE(metric.err.find("unknown metric `ter`"), std::string::npos) << metric.err;
+  EXPECT_NE(metric.err.find("unknown metric `tre` (did you mean `ter`?)"), std::string::npos) << metric.err;
+  EXPECT_EQ(count_lines(metric.err, ""), 1) << metric.err;
+  auto tok =
+      testing::run({testing::program("fairseq-cpp-eval"), "score", "--sys", two, "--ref", two, "--tokenize", "13b"});
+  EXPECT_EQ(tok.exit_code, 2);
+  EXPECT_NE(tok.err.find("13b"), std::string::npos) << tok.err;
+  EXPECT_NE(tok.err.find("13a"), std::string::npos) << tok.err;
+  auto missing = testing::run(
+      {testing::program("fairseq-cpp-eval"), "score", "--sys", two, "--ref", tmp.path() + "/nothing.txt"});
+  EXPECT_EQ(missing.exit_code, 2);
+  EXPECT_NE(missing.err.find(tmp.path() + "/nothing.txt"), std::string::npos) << missing.err;
   auto flag =
       testing::run({testing::program("fairseq-cpp-eval"), "score", "--sys", two, "--ref", two, "--bleu-order", "3"});
   EXPECT_EQ(flag.exit_code, 2);
@@ -121,7 +147,7 @@ for l in data.split('\x1e')[:-1]:
   std::stringstream out(r.out);
   for (std::string l; std::getline(out, l, '\x1e');) expected.push_back(l);
   ASSERT_EQ(expected.size(), lines.size());
-  for (size_t i = 0; i < lines.size(); ++i) EXPECT_EQ(generation::tokenize_13a(lines[i]), expected[i]) << lines[i];
+  for (size_t i = 0; i < lines.size(); ++i) EXPECT_EQ(scoring::tokenize_13a(lines[i]), expected[i]) << lines[i];
 }
 
 // The fixture checkpoint imported once for the suite.

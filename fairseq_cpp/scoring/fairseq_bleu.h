@@ -14,7 +14,7 @@
 
 #include "fairseq_cpp/data/dictionary.h"
 
-namespace fairseq_cpp::generation {
+namespace fairseq_cpp::scoring {
 
 class FairseqBleu {
  public:
@@ -47,4 +47,4 @@ class FairseqBleu {
   int64_t count_[4] = {0, 0, 0, 0};
 };
 
-}  // namespace fairseq_cpp::generation
+}  // namespace fairseq_cpp::scoring

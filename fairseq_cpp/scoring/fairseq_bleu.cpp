@@ -1,4 +1,4 @@
-#include "fairseq_cpp/generation/fairseq_bleu.h"
+#include "fairseq_cpp/scoring/fairseq_bleu.h"
 
 #include <cmath>
 #include <limits>
@@ -8,7 +8,7 @@
 
 #include "fairseq_cpp/data/text.h"
 
-namespace fairseq_cpp::generation {
+namespace fairseq_cpp::scoring {
 namespace {
 
 constexpr int32_t kUnmatchable = -999;  // fairseq's stand-in for <unk> in the reference
@@ -105,4 +105,4 @@ std::string FairseqBleu::result_string() const {
                      score(), p[0] * 100, p[1] * 100, p[2] * 100, p[3] * 100, brevity(), ratio, predlen_, reflen_);
 }
 
-}  // namespace fairseq_cpp::generation
+}  // namespace fairseq_cpp::scoring

@@ -1,0 +1,147 @@
+// sacreBLEU's BLEU: statistics [hyp_len, ref_len, correct 1..4, total 1..4] per segment, the
+// reference length closest to the hypothesis's (the shorter on a tie), n-gram counts clipped by
+// the largest count in any reference, and smoothing by exp, floor, add-k or none.
+#include <algorithm>
+#include <cmath>
+
+#include <fmt/format.h>
+
+#include "fairseq_cpp/config/config.h"
+#include "fairseq_cpp/core/errors.h"
+#include "fairseq_cpp/scoring/metrics.h"
+#include "fairseq_cpp/scoring/ngrams.h"
+#include "fairseq_cpp/scoring/tokenizers.h"
+#include "fairseq_cpp/scoring/unicode.h"
+
+namespace fairseq_cpp::scoring {
+namespace {
+
+constexpr int kOrder = 4;
+
+struct Smoothing {
+  std::string method;
+  std::optional<double> value;  // floor: 0.1, add-k: 1 unless given; none for exp and none
+};
+
+Smoothing smoothing(const ScoringOptions& o) {
+  static const std::vector<std::string> kMethods{"none", "floor", "add-k", "exp"};
+  if (std::find(kMethods.begin(), kMethods.end(), o.smooth_method) == kMethods.end()) {
+    std::string guess = config::nearest(o.smooth_method, kMethods);
+    raise<UserError>("unknown smoothing method `{}`{}; the methods are none, floor, add-k, exp", o.smooth_method,
+                     guess.empty() ? "" : fmt::format(" (did you mean `{}`?)", guess));
+  }
+  Smoothing s{o.smooth_method, std::nullopt};
+  if (s.method == "floor") s.value = o.smooth_value.value_or(0.1);
+  if (s.method == "add-k") s.value = o.smooth_value.value_or(1.0);
+  return s;
+}
+
+class Bleu : public Scorer {
+ public:
+  explicit Bleu(const ScoringOptions& o)
+      : Scorer(2 + 2 * kOrder), tokenizer_(tokenizer_from_name(o.tokenize)), lowercase_(o.lowercase),
+        smoothing_(smoothing(o)) {}
+
+  std::vector<double> segment_statistics(std::string_view hypothesis,
+                                         const std::vector<std::string_view>& references) const override {
+    const std::u32string hyp = preprocess(hypothesis);
+    const auto hyp_words = unicode::split(hyp);
+    const auto hyp_len = static_cast<double>(hyp_words.size());
+    // Reference n-grams, each count the largest over the references; the closest length.
+    std::vector<NgramCounts> ref_counts(kOrder);
+    double ref_len = -1, closest_diff = -1;
+    for (std::string_view reference : references) {
+      const std::u32string ref = preprocess(reference);
+      const auto words = unicode::split(ref);
+      const auto len = static_cast<double>(words.size());
+      const double diff = std::abs(hyp_len - len);
+      if (closest_diff < 0 || diff < closest_diff) {
+        closest_diff = diff;
+        ref_len = len;
+      } else if (diff == closest_diff && len < ref_len) {
+        ref_len = len;
+      }
+      for (int n = 1; n <= kOrder; ++n) {
+        for (auto& [ngram, count] : word_ngrams(words, n, n)) {
+          double& kept = ref_counts[n - 1][ngram];
+          kept = std::max(kept, count);
+        }
+      }
+    }
+    std::vector<double> stats(2 + 2 * kOrder, 0.0);
+    stats[0] = hyp_len;
+    stats[1] = ref_len;
+    for (int n = 1; n <= kOrder; ++n) {
+      const Overlap o = overlap(word_ngrams(hyp_words, n, n), ref_counts[n - 1]);
+      stats[1 + n] = o.matched;
+      stats[1 + kOrder + n] = o.hyp_total;
+    }
+    return stats;
+  }
+
+  Score score_from(const std::vector<double>& stats) const override {
+    const double sys_len = stats[0], ref_len = stats[1];
+    std::vector<double> correct(stats.begin() + 2, stats.begin() + 2 + kOrder);
+    std::vector<double> total(stats.begin() + 2 + kOrder, stats.end());
+    double bp = 1.0;
+    if (sys_len < ref_len) bp = sys_len > 0 ? std::exp(1 - ref_len / sys_len) : 0.0;
+    std::vector<double> precisions(kOrder, 0.0);
+    double score = 0;
+    bool any_correct = false;
+    for (double c : correct) any_correct = any_correct || c != 0;
+    if (any_correct) {
+      double smooth_mteval = 1;
+      for (int n = 1; n <= kOrder; ++n) {
+        if (smoothing_.method == "add-k" && n > 1) {
+          correct[n - 1] += *smoothing_.value;
+          total[n - 1] += *smoothing_.value;
+        }
+        if (total[n - 1] == 0) break;
+        if (correct[n - 1] == 0) {
+          if (smoothing_.method == "exp") {
+            smooth_mteval *= 2;
+            precisions[n - 1] = 100.0 / (smooth_mteval * total[n - 1]);
+          } else if (smoothing_.method == "floor") {
+            precisions[n - 1] = 100.0 * *smoothing_.value / total[n - 1];
+          }
+        } else {
+          precisions[n - 1] = 100.0 * correct[n - 1] / total[n - 1];
+        }
+      }
+      double log_sum = 0;
+      for (double p : precisions) log_sum += p > 0 ? std::log(p) : -9999999999.0;
+      score = bp * std::exp(log_sum / kOrder);
+    }
+    const double ratio = ref_len != 0 ? sys_len / ref_len : 0.0;
+    std::string verbose = fmt::format("{:.1f}/{:.1f}/{:.1f}/{:.1f} (BP = {:.3f} ratio = {:.3f} hyp_len = {} ref_len = {})",
+                                      precisions[0], precisions[1], precisions[2], precisions[3], bp, ratio,
+                                      static_cast<int64_t>(sys_len), static_cast<int64_t>(ref_len));
+    return {"BLEU", score, std::move(verbose)};
+  }
+
+ protected:
+  std::string signature_fields() const override {
+    std::string smooth = smoothing_.method;
+    if (smoothing_.value) smooth += fmt::format("[{:.2f}]", *smoothing_.value);
+    return fmt::format("case:{}|eff:no|tok:{}|smooth:{}", lowercase_ ? "lc" : "mixed", tokenizer_name(tokenizer_),
+                       smooth);
+  }
+
+ private:
+  // sacreBLEU's _preprocess_segment: lowercase, rstrip, tokenize.
+  std::u32string preprocess(std::string_view line) const {
+    std::u32string text = unicode::decode(line);
+    if (lowercase_) text = unicode::lower(text);
+    return tokenize(tokenizer_, unicode::rstrip(std::u32string_view(text)));
+  }
+
+  Tokenizer tokenizer_;
+  bool lowercase_;
+  Smoothing smoothing_;
+};
+
+}  // namespace
+
+std::unique_ptr<Scorer> make_bleu(const ScoringOptions& options) { return std::make_unique<Bleu>(options); }
+
+}  // namespace fairseq_cpp::scoring

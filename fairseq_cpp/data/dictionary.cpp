@@ -33,15 +33,6 @@ bool parse_count(std::string_view field, int64_t& out) {
   return true;
 }
 
-// Python's str.rstrip(): trailing Unicode whitespace.
-std::string_view rstrip(std::string_view line) {
-  std::vector<std::string_view> tokens;
-  tokenize_line(line, tokens);
-  if (tokens.empty()) return line.substr(0, 0);
-  const auto& last = tokens.back();
-  return line.substr(0, static_cast<size_t>(last.data() + last.size() - line.data()));
-}
-
 }  // namespace
 
 Dictionary::Dictionary() {

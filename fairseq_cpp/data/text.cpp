@@ -27,6 +27,18 @@ inline size_t whitespace_length(const unsigned char* p, size_t n) {
 
 }  // namespace
 
+std::string_view rstrip(std::string_view line) {
+  const auto* s = reinterpret_cast<const unsigned char*>(line.data());
+  size_t end = line.size();
+  while (end > 0) {
+    size_t start = end - 1;
+    while (start > 0 && (s[start] & 0xC0) == 0x80) --start;  // the last character's first byte
+    if (whitespace_length(s + start, end - start) != end - start) break;
+    end = start;
+  }
+  return line.substr(0, end);
+}
+
 size_t find_invalid_utf8(std::string_view text) {
   const auto* s = reinterpret_cast<const unsigned char*>(text.data());
   size_t n = text.size();

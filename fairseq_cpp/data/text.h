@@ -44,4 +44,7 @@ size_t find_invalid_utf8(std::string_view text);
 // Appends the tokens (views into `line`) to `tokens`; `line` must be valid UTF-8.
 void tokenize_line(std::string_view line, std::vector<std::string_view>& tokens);
 
+// Python's str.rstrip(): `line` without its trailing Unicode whitespace; `line` must be valid UTF-8.
+std::string_view rstrip(std::string_view line);
+
 }  // namespace fairseq_cpp::data

@@ -62,7 +62,7 @@ class Bleu : public Scorer {
         ref_len = len;
       }
       for (int n = 1; n <= kOrder; ++n) {
-        for (auto& [ngram, count] : word_ngrams(words, n, n)) {
+        for (auto& [ngram, count] : word_ngrams(words, n)) {
           double& kept = ref_counts[n - 1][ngram];
           kept = std::max(kept, count);
         }
@@ -72,7 +72,7 @@ class Bleu : public Scorer {
     stats[0] = hyp_len;
     stats[1] = ref_len;
     for (int n = 1; n <= kOrder; ++n) {
-      const Overlap o = overlap(word_ngrams(hyp_words, n, n), ref_counts[n - 1]);
+      const Overlap o = overlap(word_ngrams(hyp_words, n), ref_counts[n - 1]);
       stats[1 + n] = o.matched;
       stats[1 + kOrder + n] = o.hyp_total;
     }

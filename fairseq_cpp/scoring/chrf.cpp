@@ -89,7 +89,7 @@ class Chrf : public Scorer {
           words.push_back(w);
         }
       }
-      for (int n = 1; n <= word_order_; ++n) out.push_back(word_ngrams(words, n, n));
+      for (int n = 1; n <= word_order_; ++n) out.push_back(word_ngrams(words, n));
     }
     return out;
   }

@@ -4,15 +4,13 @@
 
 namespace fairseq_cpp::scoring {
 
-NgramCounts word_ngrams(const std::vector<std::u32string_view>& words, int min_order, int max_order) {
+NgramCounts word_ngrams(const std::vector<std::u32string_view>& words, int order) {
   NgramCounts counts;
-  const size_t size = words.size();
-  for (size_t n = static_cast<size_t>(min_order); n <= static_cast<size_t>(max_order); ++n) {
-    for (size_t i = 0; i + n <= size; ++i) {
-      std::u32string key(words[i]);
-      for (size_t k = 1; k < n; ++k) key.append(1, U' ').append(words[i + k]);
-      counts[key] += 1;
-    }
+  const size_t n = static_cast<size_t>(order);
+  for (size_t i = 0; i + n <= words.size(); ++i) {
+    std::u32string key(words[i]);
+    for (size_t k = 1; k < n; ++k) key.append(1, U' ').append(words[i + k]);
+    counts[key] += 1;
   }
   return counts;
 }

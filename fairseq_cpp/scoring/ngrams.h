@@ -11,9 +11,8 @@ namespace fairseq_cpp::scoring {
 
 using NgramCounts = std::unordered_map<std::u32string, double>;
 
-// Word n-grams of orders min_order..max_order over `words`, all in one map (an n-gram's words
-// joined by single spaces; words hold no whitespace, so keys of different orders differ).
-NgramCounts word_ngrams(const std::vector<std::u32string_view>& words, int min_order, int max_order);
+// Word n-grams of one order over `words` (an n-gram's words joined by single spaces).
+NgramCounts word_ngrams(const std::vector<std::u32string_view>& words, int order);
 // Character n-grams of one order.
 NgramCounts char_ngrams(std::u32string_view text, int order);
 

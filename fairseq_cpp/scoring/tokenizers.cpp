@@ -1,5 +1,7 @@
 #include "fairseq_cpp/scoring/tokenizers.h"
 
+#include <utility>
+
 #include <fmt/format.h>
 #include <fmt/ranges.h>
 
@@ -71,16 +73,27 @@ std::u32string tokenize_char(std::u32string_view line) {
 
 }  // namespace
 
+namespace {
+
+// sacreBLEU's names, in its order.
+constexpr std::pair<const char*, Tokenizer> kTokenizers[] = {
+    {"none", Tokenizer::none}, {"zh", Tokenizer::zh}, {"13a", Tokenizer::t13a}, {"intl", Tokenizer::intl},
+    {"char", Tokenizer::char_level}};
+
+}  // namespace
+
 const std::vector<std::string>& tokenizer_names() {
-  static const std::vector<std::string> kNames{"none", "zh", "13a", "intl", "char"};
+  static const std::vector<std::string> kNames = [] {
+    std::vector<std::string> names;
+    for (const auto& [name, tokenizer] : kTokenizers) names.emplace_back(name);
+    return names;
+  }();
   return kNames;
 }
 
 Tokenizer tokenizer_from_name(const std::string& name) {
-  static const Tokenizer kTokenizers[] = {Tokenizer::none, Tokenizer::zh, Tokenizer::t13a, Tokenizer::intl,
-                                          Tokenizer::char_level};
-  for (size_t i = 0; i < tokenizer_names().size(); ++i)
-    if (tokenizer_names()[i] == name) return kTokenizers[i];
+  for (const auto& [known, tokenizer] : kTokenizers)
+    if (name == known) return tokenizer;
   std::string guess = config::nearest(name, tokenizer_names());
   raise<UserError>("unknown tokenizer `{}`{}; the tokenizers are {}", name,
                    guess.empty() ? "" : fmt::format(" (did you mean `{}`?)", guess),
@@ -88,18 +101,8 @@ Tokenizer tokenizer_from_name(const std::string& name) {
 }
 
 std::string tokenizer_name(Tokenizer tokenizer) {
-  switch (tokenizer) {
-    case Tokenizer::none:
-      return "none";
-    case Tokenizer::zh:
-      return "zh";
-    case Tokenizer::t13a:
-      return "13a";
-    case Tokenizer::intl:
-      return "intl";
-    case Tokenizer::char_level:
-      return "char";
-  }
+  for (const auto& [name, known] : kTokenizers)
+    if (tokenizer == known) return name;
   return "13a";
 }
 

@@ -30,6 +30,17 @@ size_t sequence_length(unsigned char lead) {
   return 4;
 }
 
+// CPython's handle_capital_sigma: U+03A3 lowers to final sigma after a cased letter (case-ignorable
+// ones skipped) unless a cased letter follows (case-ignorable ones skipped).
+bool final_sigma(std::u32string_view text, size_t i) {
+  size_t j = i;
+  while (j > 0 && in_ranges(kCaseIgnorable, text[j - 1])) --j;
+  if (j == 0 || !in_ranges(kCased, text[j - 1])) return false;
+  j = i + 1;
+  while (j < text.size() && in_ranges(kCaseIgnorable, text[j])) ++j;
+  return j == text.size() || !in_ranges(kCased, text[j]);
+}
+
 }  // namespace
 
 std::u32string decode(std::string_view text) {
@@ -81,17 +92,6 @@ bool is_number(char32_t c) { return in_ranges(kNumber, c); }
 bool is_symbol(char32_t c) { return in_ranges(kSymbol, c); }
 bool is_ascii_digit(char32_t c) { return c >= U'0' && c <= U'9'; }
 
-// CPython's handle_capital_sigma: U+03A3 lowers to final sigma after a cased letter (case-ignorable
-// ones skipped) unless a cased letter follows (case-ignorable ones skipped).
-bool final_sigma(std::u32string_view text, size_t i) {
-  size_t j = i;
-  while (j > 0 && in_ranges(kCaseIgnorable, text[j - 1])) --j;
-  if (j == 0 || !in_ranges(kCased, text[j - 1])) return false;
-  j = i + 1;
-  while (j < text.size() && in_ranges(kCaseIgnorable, text[j])) ++j;
-  return j == text.size() || !in_ranges(kCased, text[j]);
-}
-
 std::u32string lower(std::u32string_view text) {
   std::u32string out;
   out.reserve(text.size());
@@ -128,18 +128,6 @@ std::u32string_view strip(std::u32string_view text) {
   size_t start = 0;
   while (start < text.size() && is_space(text[start])) ++start;
   return text.substr(start);
-}
-
-std::string_view rstrip(std::string_view utf8) {
-  size_t end = utf8.size();
-  while (end > 0) {
-    size_t start = end - 1;
-    while (start > 0 && (static_cast<unsigned char>(utf8[start]) & 0xC0) == 0x80) --start;
-    const std::u32string c = decode(utf8.substr(start, end - start));
-    if (c.size() != 1 || !is_space(c[0])) break;
-    end = start;
-  }
-  return utf8.substr(0, end);
 }
 
 std::vector<std::u32string_view> split(std::u32string_view text) {

@@ -25,8 +25,7 @@ bool is_ascii_digit(char32_t c);  // [0-9]
 
 std::u32string lower(std::u32string_view text);  // Python's str.lower()
 std::u32string_view strip(std::u32string_view text);   // str.strip()
-std::u32string_view rstrip(std::u32string_view text);  // str.rstrip()
-std::string_view rstrip(std::string_view utf8);        // str.rstrip() on valid UTF-8
+std::u32string_view rstrip(std::u32string_view text);  // str.rstrip() (UTF-8: data::rstrip)
 // str.split(): the words between runs of whitespace.
 std::vector<std::u32string_view> split(std::u32string_view text);
 // ' '.join(text.split())

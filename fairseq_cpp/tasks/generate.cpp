@@ -24,7 +24,6 @@
 #include "fairseq_cpp/generation/sequence_generator.h"
 #include "fairseq_cpp/scoring/fairseq_bleu.h"
 #include "fairseq_cpp/scoring/scorer.h"
-#include "fairseq_cpp/scoring/unicode.h"
 #include "fairseq_cpp/tasks/compute_setup.h"
 #include "fairseq_cpp/tasks/programs.h"
 #include "fairseq_cpp/tasks/translation_setup.h"
@@ -282,7 +281,7 @@ int interactive_main(const Invocation& inv) {
     std::vector<Item> items;
     for (const std::string& line : buffer) {
       Item item{next_id++, "", {}};
-      const std::string_view text = scoring::unicode::rstrip(std::string_view(line));
+      const std::string_view text = data::rstrip(line);
       if (data::find_invalid_utf8(text) != std::string::npos) {
         log::warning("interactive", "line {}: not valid UTF-8; skipped", item.id + 1);
         continue;

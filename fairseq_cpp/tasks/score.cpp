@@ -9,7 +9,6 @@
 #include "fairseq_cpp/core/errors.h"
 #include "fairseq_cpp/data/text.h"
 #include "fairseq_cpp/scoring/scorer.h"
-#include "fairseq_cpp/scoring/unicode.h"
 #include "fairseq_cpp/tasks/programs.h"
 
 namespace fairseq_cpp::tasks {
@@ -25,7 +24,7 @@ std::vector<std::string> read_lines(const std::string& path, const char* flag) {
   }();
   std::vector<std::string> lines;
   lines.reserve(text.size());
-  for (auto line : text.lines()) lines.emplace_back(scoring::unicode::rstrip(line));
+  for (auto line : text.lines()) lines.emplace_back(data::rstrip(line));
   return lines;
 }
 

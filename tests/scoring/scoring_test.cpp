@@ -5,6 +5,7 @@
 #include <cmath>
 
 #include "fairseq_cpp/core/errors.h"
+#include "fairseq_cpp/data/text.h"
 #include "fairseq_cpp/scoring/fairseq_bleu.h"
 #include "fairseq_cpp/scoring/scorer.h"
 #include "fairseq_cpp/scoring/tokenizers.h"
@@ -163,8 +164,8 @@ TEST(Scorer, MergedStatisticsScoreAsOneCorpus) {
 }
 
 TEST(SacreBleu, RstripRemovesUnicodeWhitespace) {
-  EXPECT_EQ(unicode::rstrip(std::string_view("ab \t\xE3\x80\x80")), "ab");  // U+3000 ideographic space
-  EXPECT_EQ(unicode::rstrip(std::string_view("ab\xC3\xBC")), "ab\xC3\xBC");
+  EXPECT_EQ(data::rstrip("ab \t\xE3\x80\x80"), "ab");  // U+3000 ideographic space
+  EXPECT_EQ(data::rstrip("ab\xC3\xBC"), "ab\xC3\xBC");
 }
 
 TEST(FairseqBleu, CountsIdsAsLibbleu) {

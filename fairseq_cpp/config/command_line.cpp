@@ -102,7 +102,10 @@ CommandLine parse_command_line(const ProgramSpec& spec, const std::vector<std::s
           // argparse's nargs='+': `--ref a.de b.de`, `--lr 0.25 0.1`.
           std::vector<std::string> values{value};
           while (is_list && i + 1 < args.size() && takes_list_value(args[i + 1])) values.push_back(args[++i]);
-          if (values.size() > 1) value = yaml_flow_list(values);
+          if (values.size() > 1) {
+            value = yaml_flow_list(values);
+            is_string = false;  // quoted already
+          }
         } else {
           problems.push_back(fmt::format("{}: `--{}` needs a value (it sets `{}`).", origin, name, key));
           continue;

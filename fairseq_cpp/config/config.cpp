@@ -463,7 +463,8 @@ std::string key_for_flag(const std::string& flag, bool* is_switch, bool* is_list
       if (!match) continue;
       if (is_switch != nullptr)
         *is_switch = std::holds_alternative<bool*>(f.ref) || std::holds_alternative<std::optional<bool>*>(f.ref);
-      if (is_string != nullptr) *is_string = std::holds_alternative<std::string*>(f.ref);
+      if (is_string != nullptr)
+        *is_string = std::holds_alternative<std::string*>(f.ref) || std::holds_alternative<std::vector<std::string>*>(f.ref);
       if (is_list != nullptr)
         *is_list = std::holds_alternative<std::vector<int64_t>*>(f.ref) ||
                    std::holds_alternative<std::vector<double>*>(f.ref) ||

@@ -34,7 +34,7 @@ std::string describe_keys(const std::vector<std::string>& sections = {});
 // The key that `--flag` sets ("max-tokens" -> "dataset.max_tokens"); empty when none does.
 // `is_switch` is set when the key is a bool that the flag alone turns on, `is_list` when it holds a
 // list (the flag then takes several values, as fairseq's nargs='+' flags do), `is_string` when it
-// holds a string (the flag's value is then taken as it is, not as YAML: `--sys -`, `--remove-bpe "@@ "`).
+// holds a string or a list of strings (each value is then taken as it is, not as YAML: `--sys -`, `--remove-bpe "@@ "`).
 std::string key_for_flag(const std::string& flag, bool* is_switch = nullptr, bool* is_list = nullptr,
                          bool* is_string = nullptr);
 // All flags, for suggestions.

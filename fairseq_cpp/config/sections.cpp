@@ -258,7 +258,9 @@ void describe(InteractiveConfig& c, Section& s) {
 }
 
 void describe(ScoringConfig& c, Section& s) {
-  s.add("sys", &c.sys, "hypothesis file, one sentence per line (/dev/stdin = standard input)");
+  s.add("sys", &c.sys,
+        "hypothesis files, one sentence per line (- = standard input); several: a table, and with a paired test "
+        "the first is the baseline (sacreBLEU's -i)");
   s.add("ref", &c.ref, "reference files, one sentence per line each (--ref a.de b.de: two references)");
   s.add("metric", &c.metric, "comma-separated metrics: bleu, chrf, chrf++, ter (sacreBLEU's)");
   s.add("tokenize", &c.tokenize, "BLEU's tokenizer, as sacreBLEU's --tokenize").one_of({"13a", "intl", "zh", "char", "none"});
@@ -276,6 +278,13 @@ void describe(ScoringConfig& c, Section& s) {
   s.add("ter_no_punct", &c.ter_no_punct, "TER: remove punctuation");
   s.add("ter_asian_support", &c.ter_asian_support, "TER: CJK characters and punctuation apart (with the two above)");
   s.add("width", &c.width, "decimals of the printed scores (sacreBLEU's --width)").in_range(0, 10);
+  s.add("confidence", &c.confidence, "one system: the bootstrap mean and 95% confidence interval of each score");
+  s.add("confidence_n", &c.confidence_n, "bootstrap resamples of --confidence").at_least(2);
+  s.add("paired_bs", &c.paired_bs, "several systems: paired bootstrap resampling against the first (baseline)");
+  s.add("paired_bs_n", &c.paired_bs_n, "resamples of --paired-bs").at_least(1);
+  s.add("paired_ar", &c.paired_ar, "several systems: paired approximate randomization against the first (baseline)");
+  s.add("paired_ar_n", &c.paired_ar_n, "trials of --paired-ar").at_least(1);
+  s.add("resample_seed", &c.resample_seed, "seed of the resamples and trials, as sacreBLEU's SACREBLEU_SEED (numpy's default_rng)").at_least(0);
 }
 
 std::vector<Section> describe(Config& cfg) {
@@ -364,6 +373,18 @@ void check_consistency(const Config& cfg, std::vector<std::string>& errors) {
   }
   if (cfg.optimization.update_freq.empty()) {
     errors.push_back("`optimization.update_freq` must have at least one value, but is empty instead.");
+  }
+  const ScoringConfig& sc = cfg.scoring;
+  if (sc.paired_bs && sc.paired_ar) {
+    errors.push_back("`scoring.paired_ar` must be false when `scoring.paired_bs` is true, but is true instead.");
+  }
+  if (sc.sys.size() > 1 && sc.confidence) {
+    errors.push_back("`scoring.confidence` must be false with " + std::to_string(sc.sys.size()) +
+                     " systems (use --paired-bs, which gives each system's interval), but is true instead.");
+  }
+  if (sc.sys.size() == 1 && (sc.paired_bs || sc.paired_ar)) {
+    errors.push_back(std::string("`scoring.sys` must name a baseline and at least one system for `scoring.") +
+                     (sc.paired_bs ? "paired_bs" : "paired_ar") + "`, but names 1 file instead.");
   }
   if (cfg.dataset.shard_id >= cfg.dataset.num_shards) {
     errors.push_back("`dataset.shard_id` must be less than `dataset.num_shards` (" + str(cfg.dataset.num_shards) +

@@ -272,7 +272,7 @@ void describe(InteractiveConfig& c, Section& s);
 
 // `scoring`: fairseq-score's files and the metrics to compute.
 struct ScoringConfig {
-  std::string sys;                   // hypothesis file, one sentence per line (/dev/stdin: standard input)
+  std::vector<std::string> sys;      // hypothesis files (several: a baseline and systems to compare)
   std::vector<std::string> ref;      // reference files, one sentence per line each
   std::string metric = "bleu,chrf";  // comma-separated metrics: bleu, chrf, chrf++, ter
   std::string tokenize = "13a";      // BLEU's tokenizer
@@ -290,6 +290,13 @@ struct ScoringConfig {
   bool ter_no_punct = false;
   bool ter_asian_support = false;
   int64_t width = 2;  // decimals of the scores
+  bool confidence = false;     // one system: 95% confidence interval by bootstrap resampling
+  int64_t confidence_n = 1000;  // its resamples
+  bool paired_bs = false;      // several systems: paired bootstrap resampling against the first
+  int64_t paired_bs_n = 1000;   // its resamples
+  bool paired_ar = false;      // several systems: paired approximate randomisation against the first
+  int64_t paired_ar_n = 10000;  // its trials
+  int64_t resample_seed = 12345;  // seed of the resamples and trials (sacreBLEU's SACREBLEU_SEED)
 };
 void describe(ScoringConfig& c, Section& s);
 

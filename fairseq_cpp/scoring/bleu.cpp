@@ -42,50 +42,82 @@ class Bleu : public Scorer {
       : Scorer(2 + 2 * kOrder), tokenizer_(tokenizer_from_name(o.tokenize)), lowercase_(o.lowercase),
         smoothing_(smoothing(o)) {}
 
-  std::vector<double> segment_statistics(std::string_view hypothesis,
-                                         const std::vector<std::string_view>& references) const override {
-    const std::u32string hyp = preprocess(hypothesis);
-    const auto hyp_words = unicode::split(hyp);
-    const auto hyp_len = static_cast<double>(hyp_words.size());
-    // Reference n-grams, each count the largest over the references; the closest length.
-    std::vector<NgramCounts> ref_counts(kOrder);
-    double ref_len = -1, closest_diff = -1;
+  std::vector<std::vector<double>> systems_statistics(const std::vector<std::string_view>& hypotheses,
+                                                      const std::vector<std::string_view>& references) const override {
+    // The texts outlive the word ids and the n-gram keys made from them.
+    std::vector<std::u32string> texts;
+    texts.reserve(references.size() + hypotheses.size());
+    SymbolIds ids;
+    std::vector<double> ref_lengths;
+    std::vector<std::u32string> ref_ids;
     for (std::string_view reference : references) {
-      const std::u32string ref = preprocess(reference);
-      const auto words = unicode::split(ref);
-      const auto len = static_cast<double>(words.size());
-      const double diff = std::abs(hyp_len - len);
-      if (closest_diff < 0 || diff < closest_diff) {
-        closest_diff = diff;
-        ref_len = len;
-      } else if (diff == closest_diff && len < ref_len) {
-        ref_len = len;
-      }
-      for (int n = 1; n <= kOrder; ++n) {
-        for (auto& [ngram, count] : word_ngrams(words, n)) {
-          double& kept = ref_counts[n - 1][ngram];
-          kept = std::max(kept, count);
+      texts.push_back(preprocess(reference));
+      const auto words = unicode::split(texts.back());
+      ref_lengths.push_back(static_cast<double>(words.size()));
+      ref_ids.push_back(ids.of(words));
+    }
+    // Each reference n-gram's count is the largest over the references.
+    std::vector<NgramCounts> ref_counts(kOrder), per_reference(ref_ids.size());
+    for (int n = 1; n <= kOrder; ++n) {
+      for (size_t k = 0; k < ref_ids.size(); ++k) per_reference[k] = count_ngrams(ref_ids[k], n, kWordIdBits, ids);
+      ref_counts[n - 1] = max_counts(per_reference);
+    }
+    std::vector<std::vector<double>> out;
+    out.reserve(hypotheses.size());
+    for (std::string_view hypothesis : hypotheses) {
+      texts.push_back(preprocess(hypothesis));
+      const auto hyp_words = unicode::split(texts.back());
+      const auto hyp_len = static_cast<double>(hyp_words.size());
+      double ref_len = -1, closest_diff = -1;  // the closest length, the shorter on a tie
+      for (double len : ref_lengths) {
+        const double diff = std::abs(hyp_len - len);
+        if (closest_diff < 0 || diff < closest_diff) {
+          closest_diff = diff;
+          ref_len = len;
+        } else if (diff == closest_diff && len < ref_len) {
+          ref_len = len;
         }
       }
+      const std::u32string hyp_ids = ids.of(hyp_words);
+      std::vector<double> stats(2 + 2 * kOrder, 0.0);
+      stats[0] = hyp_len;
+      stats[1] = ref_len;
+      for (int n = 1; n <= kOrder; ++n) {
+        const Overlap o = overlap(count_ngrams(hyp_ids, n, kWordIdBits, ids), ref_counts[n - 1]);
+        stats[1 + n] = o.matched;
+        stats[1 + kOrder + n] = o.hyp_total;
+      }
+      out.push_back(std::move(stats));
     }
-    std::vector<double> stats(2 + 2 * kOrder, 0.0);
-    stats[0] = hyp_len;
-    stats[1] = ref_len;
-    for (int n = 1; n <= kOrder; ++n) {
-      const Overlap o = overlap(word_ngrams(hyp_words, n), ref_counts[n - 1]);
-      stats[1 + n] = o.matched;
-      stats[1 + kOrder + n] = o.hyp_total;
-    }
-    return stats;
+    return out;
   }
 
   Score score_from(const std::vector<double>& stats) const override {
+    std::vector<double> precisions(kOrder, 0.0);
+    double bp = 1.0;
+    const double score = compute(stats, precisions, bp);
+    const double sys_len = stats[0], ref_len = stats[1];
+    const double ratio = ref_len != 0 ? sys_len / ref_len : 0.0;
+    std::string verbose = fmt::format("{:.1f}/{:.1f}/{:.1f}/{:.1f} (BP = {:.3f} ratio = {:.3f} hyp_len = {} ref_len = {})",
+                                      precisions[0], precisions[1], precisions[2], precisions[3], bp, ratio,
+                                      static_cast<int64_t>(sys_len), static_cast<int64_t>(ref_len));
+    return {"BLEU", score, std::move(verbose)};
+  }
+
+  double value_from(const std::vector<double>& stats) const override {
+    std::vector<double> precisions(kOrder, 0.0);
+    double bp = 1.0;
+    return compute(stats, precisions, bp);
+  }
+
+ private:
+  // The score, with the n-gram precisions and the brevity penalty behind it.
+  double compute(const std::vector<double>& stats, std::vector<double>& precisions, double& bp) const {
     const double sys_len = stats[0], ref_len = stats[1];
     std::vector<double> correct(stats.begin() + 2, stats.begin() + 2 + kOrder);
     std::vector<double> total(stats.begin() + 2 + kOrder, stats.end());
-    double bp = 1.0;
+    bp = 1.0;
     if (sys_len < ref_len) bp = sys_len > 0 ? std::exp(1 - ref_len / sys_len) : 0.0;
-    std::vector<double> precisions(kOrder, 0.0);
     double score = 0;
     bool any_correct = false;
     for (double c : correct) any_correct = any_correct || c != 0;
@@ -112,11 +144,7 @@ class Bleu : public Scorer {
       for (double p : precisions) log_sum += p > 0 ? std::log(p) : -9999999999.0;
       score = bp * std::exp(log_sum / kOrder);
     }
-    const double ratio = ref_len != 0 ? sys_len / ref_len : 0.0;
-    std::string verbose = fmt::format("{:.1f}/{:.1f}/{:.1f}/{:.1f} (BP = {:.3f} ratio = {:.3f} hyp_len = {} ref_len = {})",
-                                      precisions[0], precisions[1], precisions[2], precisions[3], bp, ratio,
-                                      static_cast<int64_t>(sys_len), static_cast<int64_t>(ref_len));
-    return {"BLEU", score, std::move(verbose)};
+    return score;
   }
 
  protected:

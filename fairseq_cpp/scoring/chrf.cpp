@@ -26,28 +26,37 @@ class Chrf : public Scorer {
                        char_order_, word_order_);
   }
 
-  std::vector<double> segment_statistics(std::string_view hypothesis,
-                                         const std::vector<std::string_view>& references) const override {
-    const auto hyp = ngrams(hypothesis);
-    std::vector<double> best;
-    double best_f = -1.0;
-    for (std::string_view reference : references) {
-      const auto ref = ngrams(reference);
-      std::vector<double> stats;
-      stats.reserve(3 * hyp.size());
-      for (size_t i = 0; i < hyp.size(); ++i) {
-        const Overlap o = overlap(hyp[i], ref[i]);
-        stats.push_back(ref[i].empty() ? 0.0 : o.hyp_total);
-        stats.push_back(o.ref_total);
-        stats.push_back(o.matched);
+  std::vector<std::vector<double>> systems_statistics(const std::vector<std::string_view>& hypotheses,
+                                                      const std::vector<std::string_view>& references) const override {
+    // Sized once: the n-gram keys of long orders point into these lines, which must not move.
+    SymbolIds ids;
+    std::vector<Line> refs(references.size());
+    for (size_t k = 0; k < references.size(); ++k) fill(refs[k], references[k], ids);
+    std::vector<Line> hyps(hypotheses.size());
+    std::vector<std::vector<double>> out;
+    out.reserve(hypotheses.size());
+    for (size_t h = 0; h < hypotheses.size(); ++h) {
+      const Line& hyp = fill(hyps[h], hypotheses[h], ids);
+      std::vector<double> best;
+      double best_f = -1.0;
+      for (const Line& ref : refs) {
+        std::vector<double> stats;
+        stats.reserve(3 * hyp.counts.size());
+        for (size_t i = 0; i < hyp.counts.size(); ++i) {
+          const Overlap o = overlap(hyp.counts[i], ref.counts[i]);
+          stats.push_back(ref.counts[i].total == 0 ? 0.0 : o.hyp_total);
+          stats.push_back(o.ref_total);
+          stats.push_back(o.matched);
+        }
+        const double f = f_score(stats);
+        if (f > best_f) {
+          best_f = f;
+          best = std::move(stats);
+        }
       }
-      const double f = f_score(stats);
-      if (f > best_f) {
-        best_f = f;
-        best = std::move(stats);
-      }
+      out.push_back(std::move(best));
     }
-    return best;
+    return out;
   }
 
   Score score_from(const std::vector<double>& stats) const override {
@@ -61,22 +70,26 @@ class Chrf : public Scorer {
   }
 
  private:
-  // Character n-gram counts of orders 1..char_order, then word n-gram counts of 1..word_order.
-  std::vector<NgramCounts> ngrams(std::string_view line) const {
-    std::u32string text = unicode::decode(line);
-    if (lowercase_) text = unicode::lower(text);
-    std::vector<NgramCounts> out;
-    out.reserve(static_cast<size_t>(char_order_ + word_order_));
-    std::u32string chars;
+  // One line's symbols and their n-gram counts: character orders 1..char_order, then word
+  // orders 1..word_order.
+  struct Line {
+    std::u32string text, chars, words;
+    std::vector<NgramCounts> counts;
+  };
+
+  const Line& fill(Line& line, std::string_view utf8, SymbolIds& ids) const {
+    line.text = unicode::decode(utf8);
+    if (lowercase_) line.text = unicode::lower(line.text);
+    line.counts.reserve(static_cast<size_t>(char_order_ + word_order_));
     if (whitespace_) {
-      chars = text;
+      line.chars = line.text;
     } else {
-      for (auto word : unicode::split(text)) chars.append(word);
+      for (auto word : unicode::split(line.text)) line.chars.append(word);
     }
-    for (int n = 1; n <= char_order_; ++n) out.push_back(char_ngrams(chars, n));
+    for (int n = 1; n <= char_order_; ++n) line.counts.push_back(count_ngrams(line.chars, n, kCodePointBits, ids));
     if (word_order_ > 0) {
       std::vector<std::u32string_view> words;
-      for (std::u32string_view w : unicode::split(text)) {
+      for (std::u32string_view w : unicode::split(line.text)) {
         if (w.size() == 1) {
           words.push_back(w);
         } else if (is_ascii_punctuation(w.back())) {
@@ -89,9 +102,10 @@ class Chrf : public Scorer {
           words.push_back(w);
         }
       }
-      for (int n = 1; n <= word_order_; ++n) out.push_back(word_ngrams(words, n));
+      line.words = ids.of(words);
+      for (int n = 1; n <= word_order_; ++n) line.counts.push_back(count_ngrams(line.words, n, kWordIdBits, ids));
     }
-    return out;
+    return line;
   }
 
   double f_score(const std::vector<double>& stats) const {

@@ -11,9 +11,13 @@ namespace fairseq_cpp::scoring {
 
 void Scorer::add(std::string_view hypothesis, const std::vector<std::string_view>& references) {
   if (references.empty()) raise<UserError>("a segment needs at least one reference");
-  const int nrefs = static_cast<int>(references.size());
+  record(segment_statistics(hypothesis, references), references.size());
+}
+
+void Scorer::record(const std::vector<double>& segment, size_t references) {
+  const int nrefs = static_cast<int>(references);
   nrefs_ = nrefs_ == 0 || nrefs_ == nrefs ? nrefs : -1;
-  merge(segment_statistics(hypothesis, references));
+  merge(segment);
 }
 
 void Scorer::add(const std::string& hypothesis, const std::vector<std::string>& references) {
@@ -27,13 +31,15 @@ void Scorer::merge(const std::vector<double>& statistics) {
   for (size_t i = 0; i < totals_.size(); ++i) totals_[i] += statistics[i];
 }
 
-std::string Scorer::signature() const {
+std::string Scorer::signature(const std::string& test_fields) const {
   const std::string nrefs = nrefs_ < 0 ? "var" : std::to_string(nrefs_);
-  return fmt::format("nrefs:{}|{}|version:{}", nrefs, signature_fields(), kSacrebleuVersion);
+  return fmt::format("nrefs:{}|{}{}|version:{}", nrefs, test_fields.empty() ? "" : test_fields + "|",
+                     signature_fields(), kSacrebleuVersion);
 }
 
-std::string Scorer::format(const Score& score, int width) const {
-  std::string line = fmt::format("{}|{} = {:.{}f}", score.name, signature(), score.score, width);
+std::string Scorer::format(const Score& score, int width, const std::string& test_fields) const {
+  std::string line = fmt::format("{}|{} = {:.{}f}", score.name, signature(test_fields), score.score, width);
+  if (score.mean > 0) line += fmt::format(" (μ = {:.{}f} ± {:.{}f})", score.mean, width, score.ci, width);
   if (!score.verbose.empty()) line += " " + score.verbose;
   return line;
 }

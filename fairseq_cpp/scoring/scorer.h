@@ -43,6 +43,8 @@ struct Score {
   std::string name;     // "BLEU", "chrF2", "chrF2++", "TER"
   double score = 0;     // 0..100
   std::string verbose;  // BLEU: "61.1/36.4/23.9/15.7 (BP = 1.000 ratio = ...)"; otherwise empty
+  double mean = -1;     // bootstrap estimate of the true mean (--confidence); printed when above 0
+  double ci = -1;       // half the width of its 95% confidence interval
 };
 
 class Scorer {
@@ -52,22 +54,34 @@ class Scorer {
   // One segment. Trailing whitespace is the caller's (sacreBLEU's command line strips it).
   void add(std::string_view hypothesis, const std::vector<std::string_view>& references);
   void add(const std::string& hypothesis, const std::vector<std::string>& references);
+  // Adds one segment's statistics, computed elsewhere by segment_statistics with `references` references.
+  void record(const std::vector<double>& segment, size_t references);
 
   // The statistics summed over the segments added (and merged) so far.
   const std::vector<double>& statistics() const { return totals_; }
   // One segment's statistics, as add() sums them.
-  virtual std::vector<double> segment_statistics(std::string_view hypothesis,
-                                                 const std::vector<std::string_view>& references) const = 0;
+  std::vector<double> segment_statistics(std::string_view hypothesis,
+                                         const std::vector<std::string_view>& references) const {
+    return systems_statistics({hypothesis}, references)[0];
+  }
+  // The statistics of several systems' hypotheses of one segment, each as segment_statistics
+  // gives it; the references' share of the work is done once.
+  virtual std::vector<std::vector<double>> systems_statistics(const std::vector<std::string_view>& hypotheses,
+                                                              const std::vector<std::string_view>& references) const = 0;
   // Adds another scorer's statistics (same metric and options), e.g. another worker's.
   void merge(const std::vector<double>& statistics);
 
   // The score of `statistics` (of any set of segments: the corpus, a resample, ...).
   virtual Score score_from(const std::vector<double>& statistics) const = 0;
   Score score() const { return score_from(totals_); }
-  // sacreBLEU's signature without the metric's name: "nrefs:1|case:mixed|...|version:2.5.1".
-  std::string signature() const;
-  // sacreBLEU's text line: "<name>|<signature> = <score with `width` decimals> <verbose>".
-  std::string format(const Score& score, int width = 2) const;
+  // score_from(statistics).score, without the verbose part (for resamples).
+  virtual double value_from(const std::vector<double>& statistics) const { return score_from(statistics).score; }
+  // sacreBLEU's signature without the metric's name: "nrefs:1|case:mixed|...|version:2.5.1"; the
+  // fields of a statistical test, e.g. "bs:1000|seed:12345", come after nrefs.
+  std::string signature(const std::string& test_fields = "") const;
+  // sacreBLEU's text line: "<name>|<signature> = <score with `width` decimals> <verbose>", with
+  // " (μ = <mean> ± <ci>)" after the score when the score has a bootstrap estimate.
+  std::string format(const Score& score, int width = 2, const std::string& test_fields = "") const;
 
  protected:
   explicit Scorer(size_t statistics_size) : totals_(statistics_size, 0.0) {}

@@ -239,20 +239,27 @@ class Ter : public Scorer {
       : Scorer(2), normalized_(o.ter_normalized), no_punct_(o.ter_no_punct), asian_(o.ter_asian_support),
         case_sensitive_(o.ter_case_sensitive) {}
 
-  std::vector<double> segment_statistics(std::string_view hypothesis,
-                                         const std::vector<std::string_view>& references) const override {
-    const Words hyp = words(hypothesis);
-    int64_t best = kInfinity;
-    double ref_lengths = 0;
-    for (std::string_view reference : references) {
-      // sacreBLEU tokenizes a reference twice (Metric._cache_references, then TER's
-      // _extract_reference_info), and Tercom's normalisation is not idempotent: ",.5" becomes
-      // ", .5" and then ", . 5". The package's numbers come from the twice-tokenized reference.
-      const auto [edits, length] = translation_edit_rate(hyp, split(tokenized(tokenized(reference))));
-      ref_lengths += static_cast<double>(length);
-      best = std::min(best, edits);
+  std::vector<std::vector<double>> systems_statistics(const std::vector<std::string_view>& hypotheses,
+                                                      const std::vector<std::string_view>& references) const override {
+    // sacreBLEU tokenizes a reference twice (Metric._cache_references, then TER's
+    // _extract_reference_info), and Tercom's normalisation is not idempotent: ",.5" becomes
+    // ", .5" and then ", . 5". The package's numbers come from the twice-tokenized reference.
+    std::vector<Words> refs;
+    for (std::string_view reference : references) refs.push_back(split(tokenized(tokenized(reference))));
+    std::vector<std::vector<double>> out;
+    out.reserve(hypotheses.size());
+    for (std::string_view hypothesis : hypotheses) {
+      const Words hyp = words(hypothesis);
+      int64_t best = kInfinity;
+      double ref_lengths = 0;
+      for (const Words& ref : refs) {
+        const auto [edits, length] = translation_edit_rate(hyp, ref);
+        ref_lengths += static_cast<double>(length);
+        best = std::min(best, edits);
+      }
+      out.push_back({static_cast<double>(best), ref_lengths / static_cast<double>(references.size())});
     }
-    return {static_cast<double>(best), ref_lengths / static_cast<double>(references.size())};
+    return out;
   }
 
   Score score_from(const std::vector<double>& stats) const override {

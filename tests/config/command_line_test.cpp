@@ -71,7 +71,7 @@ TEST(CommandLine, ListFlagsTakeSeveralValuesAsArgparsesNargs) {
   EXPECT_EQ(cfg.scoring.ref, (std::vector<std::string>{"a.de", "b \"x\".de"}));
   EXPECT_EQ(cfg.optimization.lr, (std::vector<double>{0.25, 0.1}));
   EXPECT_EQ(cl.config_file, "c.yaml");
-  EXPECT_EQ(cfg.scoring.sys, "-");
+  EXPECT_EQ(cfg.scoring.sys, std::vector<std::string>{"-"});
   EXPECT_EQ(cfg.optimization.update_freq, (std::vector<int64_t>{4}));
   EXPECT_EQ(cfg.dataset.max_tokens, 9);
 }

@@ -113,6 +113,43 @@ TEST_F(ScoreProgram, BadInputIsAOneLineUserError) {
   EXPECT_NE(flag.err.find("bleu-order"), std::string::npos) << flag.err;
 }
 
+TEST_F(ScoreProgram, SeveralSystemsAndTheirTestsRefuseWhatCannotWork) {
+  testing::TempDir tmp;
+  const std::string a = tmp.write("a.txt", "a b c\nd e\n"), b = tmp.write("b.txt", "a b\nd e f\n");
+  const std::string three = tmp.write("three.txt", "a\nb\nc\n");
+  auto score = [](std::vector<std::string> args) {
+    args.insert(args.begin(), testing::program("fairseq-cpp-score"));
+    return testing::run(args);
+  };
+  // A second system with another line count: both files and both counts.
+  auto r = score({"--sys", a, three, "--ref", a, "--paired-bs"});
+  EXPECT_EQ(r.exit_code, 2);
+  EXPECT_NE(r.err.find(three + " has 3 lines but " + a + " has 2"), std::string::npos) << r.err;
+  EXPECT_EQ(count_lines(r.err, ""), 1) << r.err;
+  // A paired test needs a system beside the baseline; one test at a time; --confidence is for one system.
+  for (const auto& args : std::vector<std::vector<std::string>>{
+           {"--sys", a, "--ref", b, "--paired-bs"},
+           {"--sys", a, b, "--ref", b, "--paired-bs", "--paired-ar"},
+           {"--sys", a, b, "--ref", b, "--confidence"},
+           {"--sys", a, b, a, "--ref", b}}) {
+    r = score(args);
+    EXPECT_EQ(r.exit_code, 2) << args.back() << ": " << r.out;
+    EXPECT_EQ(count_lines(r.err, ""), 1) << r.err;
+    EXPECT_EQ(r.out, "");
+  }
+  // The baseline named again among the systems is skipped in a paired test, as sacreBLEU does.
+  r = score({"--sys", a, b, a, "--ref", b, "--paired-ar", "--paired-ar-n", "20"});
+  EXPECT_EQ(r.exit_code, 0) << r.err;
+  auto occurrences = [&](const std::string& what) {
+    size_t n = 0;
+    for (size_t at = r.out.find(what); at != std::string::npos; at = r.out.find(what, at + 1)) ++n;
+    return n;
+  };
+  EXPECT_EQ(occurrences("(p = "), 2U) << r.out;  // b's, under BLEU and chrF
+  EXPECT_EQ(occurrences("Baseline: " + a + " │"), 1U) << r.out;
+  EXPECT_EQ(occurrences(a + " │"), 1U) << r.out;  // a's one row
+}
+
 // Our 13a tokenizer against sacreBLEU's own regular expressions run by Python's `re`.
 TEST(Tokenize13aReference, EqualsPythonRe) {
   const std::vector<std::string> lines = {

@@ -11,6 +11,8 @@ import types
 
 import torch
 
+import checkpoint_zip  # tools/checkpoint_zip.py
+
 
 class StandIn:
     """Any pickled fairseq (or omegaconf) object: keeps its state as attributes."""
@@ -51,8 +53,10 @@ _module = types.SimpleNamespace(
 
 
 def load(path):
-    """The checkpoint at `path`, its tensors on the CPU; raises pickle.UnpicklingError for a global
-    it will not resolve."""
+    """The checkpoint at `path`, its tensors on the CPU; raises checkpoint_zip.Damaged when its
+    bytes changed (the CRCs and digest are checked first), pickle.UnpicklingError for a global it
+    will not resolve."""
+    checkpoint_zip.verify(path)
     if int(torch.__version__.split(".")[0]) >= 2:
         return torch.load(path, map_location="cpu", pickle_module=_module, weights_only=False)
     # torch 1.13's load replaces any pickle_module by its module global `pickle` unless

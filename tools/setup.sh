@@ -32,6 +32,7 @@ esac
 #   g++ cmake ninja-build ccache          the build (ccache: fast rebuilds)
 #   libtorch-dev libgloo-dev              LibTorch 1.13 (CPU) and the gloo headers c10d's ProcessGroupGloo needs
 #   libyaml-cpp-dev libfmt-dev nlohmann-json3-dev   config, logging, JSON
+#   zlib1g-dev libssl-dev                 CRC-32 and SHA-256 of checkpoints (checkpoint/integrity)
 #   libsentencepiece-dev sentencepiece    tokenization (library and spm_* tools)
 #   libgtest-dev                          the test suites
 #   libopenblas0-pthread                  fast fp32 GEMM behind libblas.so.3 (LIBTORCH.md, trap 1)
@@ -42,6 +43,7 @@ esac
 #   python3-matplotlib                    tools/plot-log (PNG of a training log)
 #   python3-venv                          the wheel lane's Python environment (.venv/)
 packages=(g++ cmake ninja-build ccache libtorch-dev libgloo-dev libyaml-cpp-dev libfmt-dev nlohmann-json3-dev
+  zlib1g-dev libssl-dev
   libsentencepiece-dev sentencepiece libgtest-dev libopenblas0-pthread libjemalloc-dev libblas3 python3-torch
   munge slurmctld slurmd slurm-client python3-matplotlib)
 [ "$lane" = wheel ] && packages+=(python3-venv)

@@ -17,6 +17,7 @@
 #include <torch/serialize.h>
 #include <torch/torch.h>
 
+#include "fairseq_cpp/checkpoint/integrity.h"
 #include "fairseq_cpp/config/config.h"
 #include "fairseq_cpp/core/errors.h"
 
@@ -75,10 +76,12 @@ void write_archive(int fd, const StateDict& state, const std::string& path) {
   pickler.pushIValue(untyped(c10::IValue(state)));
   pickler.stop();
   std::string write_error;
+  // The bytes go through the digest on their way to the file; the digest ends it (integrity.h).
+  DigestWriter digest([&](const char* data, size_t size) { write_all(fd, data, size, path); });
   caffe2::serialize::PyTorchStreamWriter writer([&](const void* data, size_t size) -> size_t {
     if (!write_error.empty()) return 0;
     try {
-      write_all(fd, static_cast<const char*>(data), size, path);
+      digest.write(static_cast<const char*>(data), size);
     } catch (const OperationalError& e) {
       write_error = e.what();  // a short count tells the writer; the message comes back below
       return 0;
@@ -92,9 +95,8 @@ void write_archive(int fd, const StateDict& state, const std::string& path) {
     if (write_error.empty()) raise<OperationalError>("cannot write {}: {}", path, e.what_without_backtrace());
   }
   if (!write_error.empty()) raise<OperationalError>("{}", write_error);
+  digest.finish();
 }
-
-std::string first_line(const std::string& text) { return text.substr(0, text.find('\n')); }
 
 // Whether the file's bytes contain `needle` (read in 1 MiB blocks that overlap by its length).
 bool file_contains(const std::string& path, std::string_view needle) {
@@ -156,6 +158,8 @@ StateDict load_file(const std::string& path) {
     raise<DataError>("{} is not a checkpoint: expected a zip written by torch.save / fairseq-cpp, found {}", path,
                      size < 4 ? "a file of " + std::to_string(size) + " bytes" : "other content");
   }
+  // Every byte checked before LibTorch reads any (its reader does not check the CRCs).
+  verify_file(path);
   c10::IValue value;
   try {
     // torch::pickle_load's reading, record by record from the file: the whole file is never in
@@ -168,7 +172,7 @@ StateDict load_file(const std::string& path) {
       raise<DataError>("{} is a fairseq checkpoint; convert it first: tools/fairseq-import {} OUT.pt", path, path);
     }
     raise<DataError>("{} is truncated or not a fairseq-cpp checkpoint: {}", path,
-                     first_line(e.what_without_backtrace()));
+                     core::torch_message(e.what_without_backtrace()));
   }
   if (!value.isGenericDict()) raise<DataError>("{} is not a fairseq-cpp checkpoint: the top level is not a dict", path);
   StateDict state = value.toGenericDict();

@@ -50,6 +50,13 @@ ConfigError::ConfigError(std::vector<std::string> problems)
     : UserError(join_problems(problems)), problems_(std::move(problems)) {}
 
 namespace core {
+std::string torch_message(const std::string& what) {
+  const std::string line = what.substr(0, what.find('\n'));
+  if (line.find("INTERNAL ASSERT") != std::string::npos || line.find("please report a bug") != std::string::npos)
+    return "an internal check of LibTorch failed on this input (--debug shows LibTorch's message)";
+  return line;
+}
+
 void set_debug(bool on) { g_debug.store(on); }
 bool debug_enabled() { return g_debug.load(); }
 }  // namespace core

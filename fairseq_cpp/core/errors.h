@@ -70,6 +70,10 @@ template <typename E, typename... Args>
 }
 
 namespace core {
+// The first line of a LibTorch error message (c10::Error::what_without_backtrace()), for one-line
+// errors; LibTorch's internal assertions ("... INTERNAL ASSERT FAILED ... please report a bug")
+// become a plain sentence, since they are not the user's to read.
+std::string torch_message(const std::string& what);
 // With debug on, errors capture a stack trace where they are thrown (the --debug flag).
 void set_debug(bool on);
 bool debug_enabled();

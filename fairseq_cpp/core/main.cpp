@@ -17,9 +17,6 @@ void print_error(const std::string& program, const std::string& message) {
   fmt::print(stderr, "{}: error: {}\n", program, message);
 }
 
-// The first line of a message (LibTorch appends its own stack to c10::Error::what()).
-std::string first_line(const std::string& text) { return text.substr(0, text.find('\n')); }
-
 }  // namespace
 
 int guarded_main(const std::string& program, const std::function<int()>& body) {
@@ -35,7 +32,7 @@ int guarded_main(const std::string& program, const std::function<int()>& body) {
     return e.exit_code();
   } catch (const c10::Error& e) {
     print_error(program,
-                "LibTorch: " + (debug_enabled() ? std::string(e.what()) : first_line(e.what_without_backtrace())));
+                "LibTorch: " + (debug_enabled() ? std::string(e.what()) : core::torch_message(e.what_without_backtrace())));
     return kExitOperational;
   } catch (const std::bad_alloc&) {
     print_error(program, "out of memory");

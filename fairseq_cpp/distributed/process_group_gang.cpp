@@ -24,8 +24,6 @@ using BackendBase = c10d::Backend;
 using BackendBase = c10d::ProcessGroup;
 #endif
 
-std::string first_line(const std::string& text) { return text.substr(0, text.find('\n')); }
-
 std::chrono::milliseconds to_ms(double seconds) {
   return std::chrono::milliseconds(static_cast<int64_t>(seconds * 1000));
 }
@@ -70,7 +68,7 @@ class ProcessGroupGang : public Gang {
       }
     } catch (const c10::Error& e) {
       raise<GangError>("joining process group `{}` failed on rank {} of {}: {}", name_, rank_, size_,
-                       first_line(e.what_without_backtrace()));
+                       core::torch_message(e.what_without_backtrace()));
     }
   }
 
@@ -142,7 +140,7 @@ class ProcessGroupGang : public Gang {
       work->wait(to_ms(options_.timeout_seconds));
     } catch (const c10::Error& e) {
       raise<GangError>("{} failed on rank {} of {} (group `{}`): {}", op, rank_, size_, name_,
-                       first_line(e.what_without_backtrace()));
+                       core::torch_message(e.what_without_backtrace()));
     } catch (const std::exception& e) {
       raise<GangError>("{} failed on rank {} of {} (group `{}`): {}", op, rank_, size_, name_, e.what());
     }
@@ -194,7 +192,7 @@ std::shared_ptr<Gang> make_process_group_gang(const ProcessGroupOptions& options
   } catch (const std::exception& e) {
     raise<GangError>("rendezvous at {}:{} failed on rank {} of {} (timeout {} s): {}", options.master_addr,
                      options.master_port, options.rank, options.world_size, options.timeout_seconds,
-                     first_line(e.what()));
+                     core::torch_message(e.what()));
   }
   return std::make_shared<ProcessGroupGang>(store, "default", options.rank, options.world_size, options);
 }

@@ -58,5 +58,15 @@ TEST(Errors, BacktraceOnlyInDebug) {
   EXPECT_NE(e.backtrace().find("#0"), std::string::npos);
 }
 
+TEST(Errors, TorchMessagesAreOneLineWithoutInternalAssertions) {
+  EXPECT_EQ(core::torch_message("shape mismatch: [2] vs [3]\nException raised from f at x.cpp:1"),
+            "shape mismatch: [2] vs [3]");
+  const std::string internal =
+      core::torch_message("isInt() INTERNAL ASSERT FAILED at \"ivalue.h\":1, please report a bug to PyTorch.\nmore");
+  EXPECT_EQ(internal.find("INTERNAL ASSERT"), std::string::npos) << internal;
+  EXPECT_EQ(internal.find('\n'), std::string::npos) << internal;
+  EXPECT_NE(internal.find("--debug"), std::string::npos) << internal;
+}
+
 }  // namespace
 }  // namespace fairseq_cpp

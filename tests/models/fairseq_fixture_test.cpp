@@ -4,7 +4,10 @@
 #include <gtest/gtest.h>
 
 #include <filesystem>
+#include <random>
 #include <regex>
+
+#include <fmt/format.h>
 
 #include "fairseq_cpp/checkpoint/load_model.h"
 #include "fairseq_cpp/core/errors.h"
@@ -63,6 +66,43 @@ TEST_F(FairseqFixture, ExportGivesBackFairseqsFile) {
                     fixture_dir() + "/checkpoint_best.pt", exported});
   EXPECT_EQ(r.exit_code, 0) << r.out << r.err;
   EXPECT_EQ(r.out.rfind("OK: 132 state-dict entries", 0), 0u) << r.out;
+}
+
+TEST_F(FairseqFixture, ChangedBytesAreRefusedByEveryProgramAndTool) {
+  // The trial: 30 copies of the imported checkpoint, each with 3 bytes flipped at seeded
+  // places, to fairseq-cpp-eval validate; a few to generate, interactive and fairseq-export. Every
+  // one is refused with one line naming the file (exit 2), never with LibTorch's assertion text.
+  const std::string bytes = testing::read_file(imported_);
+  std::mt19937_64 rng(30);
+  const std::string input = dir_->write("input.en", "a man is sleeping .\n");
+  for (int k = 0; k < 30; ++k) {
+    std::string copy = bytes;
+    for (int b = 0; b < 3; ++b) copy[rng() % copy.size()] ^= static_cast<char>(1 << (rng() % 8));
+    const std::string bad = dir_->write(fmt::format("bad{}.pt", k), copy);
+    std::vector<std::string> argv{testing::program("fairseq-cpp-eval"), "validate", fixture_dir() + "/data-bin",
+                                  "--path", bad, "--max-tokens", "4096"};
+    if (k == 1) argv = {testing::program("fairseq-cpp-generate"), fixture_dir() + "/data-bin", "--path", bad,
+                        "--gen-subset", "test", "--max-tokens", "4096"};
+    if (k == 2) argv = {testing::program("fairseq-cpp-interactive"), fixture_dir() + "/data-bin", "--path", bad,
+                        "--input", input};
+    auto r = k == 3 ? testing::run_tool("fairseq-export", {bad, dir_->path() + "/exported_bad.pt"}) : testing::run(argv);
+    EXPECT_EQ(r.exit_code, 2) << "copy " << k << ": " << r.out << r.err;
+    EXPECT_NE(r.err.find(bad + " is damaged and was not used"), std::string::npos) << "copy " << k << ": " << r.err;
+    EXPECT_EQ(r.err.find("INTERNAL ASSERT"), std::string::npos) << r.err;
+    // The error is the last line; a log line may come before it.
+    EXPECT_EQ(r.err.substr(r.err.find("error:")).find('\n'), r.err.size() - r.err.find("error:") - 1) << r.err;
+  }
+  EXPECT_FALSE(fs::exists(dir_->path() + "/exported_bad.pt"));
+  // fairseq's own file with one byte of a weight changed: fairseq-import names the record.
+  std::string fairseq_bytes = testing::read_file(fixture_dir() + "/checkpoint_best.pt");
+  fairseq_bytes[fairseq_bytes.size() / 2] ^= 0x10;
+  const std::string damaged = dir_->write("damaged_fairseq.pt", fairseq_bytes);
+  auto r = testing::run_tool("fairseq-import", {damaged, dir_->path() + "/imported_bad.pt"});
+  EXPECT_EQ(r.exit_code, 2) << r.err;
+  EXPECT_NE(r.err.find(damaged + " is damaged and was not used: record checkpoint_best/data/"), std::string::npos)
+      << r.err;
+  EXPECT_EQ(std::count(r.err.begin(), r.err.end(), '\n'), 1) << r.err;
+  EXPECT_FALSE(fs::exists(dir_->path() + "/imported_bad.pt"));
 }
 
 TEST(FairseqFiles, BadInputsGetOneLineErrorsAndExitCode2) {

@@ -1,0 +1,320 @@
+#include "fairseq_cpp/checkpoint/integrity.h"
+
+#include <fcntl.h>
+#include <sys/stat.h>
+#include <unistd.h>
+#include <openssl/evp.h>
+#include <zlib.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <cstring>
+#include <vector>
+
+#include <fmt/format.h>
+
+#include "fairseq_cpp/core/errors.h"
+
+namespace fairseq_cpp::checkpoint {
+namespace {
+
+constexpr uint32_t kLocalSignature = 0x04034b50, kCentralSignature = 0x02014b50, kDescriptorSignature = 0x08074b50;
+constexpr uint32_t kEndSignature = 0x06054b50, kZip64EndSignature = 0x06064b50, kZip64LocatorSignature = 0x07064b50;
+constexpr uint16_t kDescriptorFlag = 0x0008;  // sizes and CRC follow the data
+constexpr uint16_t kZip64ExtraId = 0x0001, kPaddingExtraId = 0x4246;  // "FB": PyTorch's alignment padding
+constexpr size_t kEndSize = 22, kZip64EndSize = 56, kZip64LocatorSize = 20, kLocalSize = 30, kCentralSize = 46;
+
+uint16_t u16(const unsigned char* p) { return static_cast<uint16_t>(p[0] | p[1] << 8); }
+uint32_t u32(const unsigned char* p) { return u16(p) | static_cast<uint32_t>(u16(p + 2)) << 16; }
+uint64_t u64(const unsigned char* p) { return u32(p) | static_cast<uint64_t>(u32(p + 4)) << 32; }
+
+struct Record {
+  std::string name;
+  uint16_t needed = 0, flags = 0, method = 0, time = 0, date = 0;
+  uint32_t crc = 0;
+  uint64_t size = 0, offset = 0;
+  bool zip64 = false;  // sizes or offset in a zip64 extra field (8-byte sizes in the descriptor)
+  uint64_t data = 0, end = 0;  // its bytes, and the end of its descriptor
+};
+
+class File {
+ public:
+  explicit File(const std::string& path) : path_(path) {
+    fd_ = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+    if (fd_ < 0) raise<OperationalError>("cannot read {}: {}", path, std::strerror(errno));
+    struct stat st {};
+    if (::fstat(fd_, &st) != 0) raise<OperationalError>("cannot read {}: {}", path, std::strerror(errno));
+    size_ = static_cast<uint64_t>(st.st_size);
+  }
+  ~File() { ::close(fd_); }
+  File(const File&) = delete;
+  File& operator=(const File&) = delete;
+
+  uint64_t size() const { return size_; }
+
+  // `n` bytes at `offset`; a range past the end is damage.
+  std::vector<unsigned char> read(uint64_t offset, uint64_t n, const std::string& what) const {
+    if (offset > size_ || n > size_ - offset) damaged("{} lies past the end of the file ({} bytes)", what, size_);
+    std::vector<unsigned char> out(n);
+    size_t done = 0;
+    while (done < n) {
+      ssize_t got = ::pread(fd_, out.data() + done, n - done, static_cast<off_t>(offset + done));
+      if (got < 0 && errno == EINTR) continue;
+      if (got <= 0) raise<OperationalError>("cannot read {}: {}", path_, got < 0 ? std::strerror(errno) : "end of file");
+      done += static_cast<size_t>(got);
+    }
+    return out;
+  }
+
+  template <typename... Args>
+  [[noreturn]] void damaged(fmt::format_string<Args...> format, Args&&... args) const {
+    raise<DataError>("{} is damaged and was not used: {}", path_, fmt::format(format, std::forward<Args>(args)...));
+  }
+
+ private:
+  std::string path_;
+  int fd_ = -1;
+  uint64_t size_ = 0;
+};
+
+// The central directory's records, each checked against its local header and descriptor, and
+// the position where the central directory starts.
+std::vector<Record> central_directory(const File& f, uint64_t cd_offset, uint64_t cd_size, uint64_t count) {
+  if (cd_size > (uint64_t{64} << 20) || count > cd_size / kCentralSize)
+    f.damaged("a central directory of {} bytes for {} records", cd_size, count);
+  const auto cd = f.read(cd_offset, cd_size, "the central directory");
+  std::vector<Record> records;
+  size_t at = 0;
+  uint16_t made_by = 0, internal = 0;
+  uint32_t external = 0;
+  for (uint64_t i = 0; i < count; ++i) {
+    if (cd.size() - at < kCentralSize || u32(&cd[at]) != kCentralSignature)
+      f.damaged("central directory entry {} is not where it should be", i);
+    const unsigned char* e = &cd[at];
+    Record r;
+    r.needed = u16(e + 6);
+    r.flags = u16(e + 8);
+    r.method = u16(e + 10);
+    r.time = u16(e + 12);
+    r.date = u16(e + 14);
+    r.crc = u32(e + 16);
+    uint64_t compressed = u32(e + 20);
+    r.size = u32(e + 24);
+    const size_t name_len = u16(e + 28), extra_len = u16(e + 30), comment_len = u16(e + 32);
+    r.offset = u32(e + 42);
+    if (cd.size() - at < kCentralSize + name_len + extra_len + comment_len) f.damaged("central directory entry {} is cut", i);
+    r.name.assign(reinterpret_cast<const char*>(e + kCentralSize), name_len);
+    // Every entry the writers make has the same version, attributes, disk and no comment.
+    if (i == 0) {
+      made_by = u16(e + 4);
+      internal = u16(e + 36);
+      external = u32(e + 38);
+    }
+    if (u16(e + 4) != made_by || u16(e + 36) != internal || u32(e + 38) != external || u16(e + 34) != 0 ||
+        comment_len != 0)
+      f.damaged("record {}: its central directory entry differs from the others", r.name);
+    // A zip64 extra field holds the 32-bit fields that are 0xFFFFFFFF, in order.
+    const unsigned char* x = e + kCentralSize + name_len;
+    for (size_t k = 0; k < extra_len;) {
+      if (extra_len - k < 4) f.damaged("record {}: a cut extra field", r.name);
+      const uint16_t id = u16(x + k), len = u16(x + k + 2);
+      if (extra_len - k - 4 < len || id != kZip64ExtraId) f.damaged("record {}: an unexpected extra field", r.name);
+      size_t v = k + 4;
+      auto take = [&](uint64_t& field) {
+        if (field != 0xFFFFFFFFULL) return;
+        if (v + 8 > k + 4 + len) f.damaged("record {}: a cut zip64 field", r.name);
+        field = u64(x + v);
+        v += 8;
+      };
+      take(r.size);
+      take(compressed);
+      take(r.offset);
+      r.zip64 = true;
+      k += 4 + len;
+    }
+    if (r.method != 0) f.damaged("record {} is compressed (method {}); torch.save stores records", r.name, r.method);
+    if (compressed != r.size) f.damaged("record {}: stored size {} but size {}", r.name, compressed, r.size);
+    records.push_back(std::move(r));
+    at += kCentralSize + name_len + extra_len + comment_len;
+  }
+  if (at != cd.size()) f.damaged("{} bytes after the last central directory entry", cd.size() - at);
+  return records;
+}
+
+// Checks record r's local header and data descriptor against its central directory entry; sets
+// where its bytes lie and where it ends.
+void check_local(const File& f, Record& r) {
+  const auto h = f.read(r.offset, kLocalSize, "record " + r.name);
+  if (u32(h.data()) != kLocalSignature) f.damaged("record {}: no local header at offset {}", r.name, r.offset);
+  const size_t name_len = u16(&h[26]), extra_len = u16(&h[28]);
+  if (u16(&h[4]) != r.needed || u16(&h[6]) != r.flags || u16(&h[8]) != r.method || u16(&h[10]) != r.time ||
+      u16(&h[12]) != r.date)
+    f.damaged("record {}: its local header differs from the central directory", r.name);
+  const bool descriptor = (r.flags & kDescriptorFlag) != 0;
+  if (descriptor ? (u32(&h[14]) != 0 || u32(&h[18]) != 0 || u32(&h[22]) != 0)
+                 : (u32(&h[14]) != r.crc || (!r.zip64 && (u32(&h[18]) != r.size || u32(&h[22]) != r.size))))
+    f.damaged("record {}: its local header's sizes or CRC differ from the central directory", r.name);
+  const auto rest = f.read(r.offset + kLocalSize, name_len + extra_len, "record " + r.name);
+  if (std::string(rest.begin(), rest.begin() + static_cast<std::ptrdiff_t>(name_len)) != r.name)
+    f.damaged("record {}: its local header names it differently", r.name);
+  for (size_t k = name_len; k < rest.size();) {
+    if (rest.size() - k < 4) f.damaged("record {}: a cut extra field in its local header", r.name);
+    const uint16_t id = u16(&rest[k]), len = u16(&rest[k + 2]);
+    if (rest.size() - k - 4 < len) f.damaged("record {}: a cut extra field in its local header", r.name);
+    if (id == kPaddingExtraId) {
+      if (!std::all_of(rest.begin() + static_cast<std::ptrdiff_t>(k + 4),
+                       rest.begin() + static_cast<std::ptrdiff_t>(k + 4 + len), [](unsigned char c) { return c == 'Z'; }))
+        f.damaged("record {}: its alignment padding changed", r.name);
+    } else if (id != kZip64ExtraId) {
+      f.damaged("record {}: an unexpected extra field in its local header", r.name);
+    }
+    k += 4 + len;
+  }
+  r.data = r.offset + kLocalSize + name_len + extra_len;
+  if (r.data > f.size() || r.size > f.size() - r.data) f.damaged("record {} ends past the end of the file", r.name);
+  r.end = r.data + r.size;
+  if (descriptor) {
+    const size_t sizes = r.zip64 ? 8 : 4;
+    const auto d = f.read(r.end, 8 + 2 * sizes, "record " + r.name + "'s data descriptor");
+    const uint64_t compressed = r.zip64 ? u64(&d[8]) : u32(&d[8]);
+    const uint64_t size = r.zip64 ? u64(&d[8 + sizes]) : u32(&d[8 + sizes]);
+    if (u32(d.data()) != kDescriptorSignature || u32(&d[4]) != r.crc || compressed != r.size || size != r.size)
+      f.damaged("record {}: its data descriptor differs from the central directory", r.name);
+    r.end += d.size();
+  }
+}
+
+std::string hex(const unsigned char* bytes, size_t n) {
+  std::string out;
+  for (size_t i = 0; i < n; ++i) out += fmt::format("{:02x}", bytes[i]);
+  return out;
+}
+
+}  // namespace
+
+void verify_file(const std::string& path) {
+  const File f(path);
+  // The end record: the last "PK\5\6" whose comment reaches exactly to the end of the file.
+  const uint64_t tail_size = std::min<uint64_t>(f.size(), kEndSize + 0xFFFF);
+  if (f.size() < kEndSize) f.damaged("{} bytes are too few for a zip", f.size());
+  const auto tail = f.read(f.size() - tail_size, tail_size, "the end record");
+  uint64_t end = UINT64_MAX;
+  for (size_t p = tail.size() - kEndSize + 1; p-- > 0;) {
+    if (u32(&tail[p]) == kEndSignature && p + kEndSize + u16(&tail[p + 20]) == tail.size()) {
+      end = f.size() - tail_size + p;
+      break;
+    }
+  }
+  if (end == UINT64_MAX) f.damaged("no zip end record: the file is truncated, or not a zip");
+  const unsigned char* e = &tail[end - (f.size() - tail_size)];
+  const std::string comment(reinterpret_cast<const char*>(e + kEndSize), u16(e + 20));
+  if (u16(e + 4) != 0 || u16(e + 6) != 0 || u16(e + 8) != u16(e + 10)) f.damaged("the end record names other disks");
+  uint64_t count = u16(e + 10), cd_size = u32(e + 12), cd_offset = u32(e + 16), cd_end = end;
+  // The zip64 end record and its locator, just before the end record (LibTorch and torch.save
+  // always write them).
+  if (end >= kZip64LocatorSize && u32(f.read(end - kZip64LocatorSize, 4, "the zip64 locator").data()) ==
+                                      kZip64LocatorSignature) {
+    const auto loc = f.read(end - kZip64LocatorSize, kZip64LocatorSize, "the zip64 locator");
+    const uint64_t z = u64(&loc[8]);
+    if (u32(&loc[4]) != 0 || u32(&loc[16]) != 1 || z + kZip64EndSize != end - kZip64LocatorSize)
+      f.damaged("the zip64 locator points elsewhere");
+    const auto z64 = f.read(z, kZip64EndSize, "the zip64 end record");
+    if (u32(z64.data()) != kZip64EndSignature || u64(&z64[4]) != kZip64EndSize - 12 || u32(&z64[16]) != 0 ||
+        u32(&z64[20]) != 0 || u64(&z64[24]) != u64(&z64[32]))
+      f.damaged("the zip64 end record is not what it should be");
+    auto agree = [&](uint64_t small, uint64_t big, uint64_t all_ones) { return small == all_ones || small == big; };
+    if (!agree(count, u64(&z64[32]), 0xFFFF) || !agree(cd_size, u64(&z64[40]), 0xFFFFFFFF) ||
+        !agree(cd_offset, u64(&z64[48]), 0xFFFFFFFF))
+      f.damaged("the end record and the zip64 end record disagree");
+    count = u64(&z64[32]);
+    cd_size = u64(&z64[40]);
+    cd_offset = u64(&z64[48]);
+    cd_end = z;
+  }
+  if (cd_offset > cd_end || cd_end - cd_offset != cd_size)
+    f.damaged("the central directory ({} bytes at {}) does not end where the end records begin", cd_size, cd_offset);
+  std::vector<Record> records = central_directory(f, cd_offset, cd_size, count);
+  // The records tile the file from its first byte to the central directory.
+  uint64_t next = 0;
+  for (Record& r : records) {
+    if (r.offset != next) f.damaged("record {} starts at {}, not right after the one before ({})", r.name, r.offset, next);
+    check_local(f, r);
+    next = r.end;
+  }
+  if (next != cd_offset) f.damaged("{} bytes between the last record and the central directory", cd_offset - next);
+
+  // One pass over the bytes: each record's CRC-32, and the digest of everything before the
+  // comment's length when the comment carries one.
+  // torch.save writes no comment; fairseq-cpp writes its digest there. Anything else is damage.
+  const bool has_digest = !comment.empty();
+  if (has_digest && (comment.rfind(kDigestPrefix, 0) != 0 || comment.size() != std::strlen(kDigestPrefix) + 64))
+    f.damaged("its zip comment is not fairseq-cpp's digest");
+  const uint64_t digest_end = end + 20;
+  std::unique_ptr<EVP_MD_CTX, void (*)(EVP_MD_CTX*)> sha(EVP_MD_CTX_new(), EVP_MD_CTX_free);
+  if (!sha || EVP_DigestInit_ex(sha.get(), EVP_sha256(), nullptr) != 1) raise<OperationalError>("OpenSSL: no SHA-256");
+  std::vector<uLong> crcs(records.size(), crc32_z(0L, Z_NULL, 0));
+  constexpr uint64_t kBlock = 4 << 20;
+  const uint64_t stop = has_digest ? digest_end : cd_offset;
+  size_t first = 0;  // the first record not yet wholly read
+  for (uint64_t at = 0; at < stop; at += kBlock) {
+    const uint64_t n = std::min(kBlock, stop - at);
+    const auto block = f.read(at, n, "the records");
+    if (has_digest) EVP_DigestUpdate(sha.get(), block.data(), block.size());
+    for (size_t i = first; i < records.size() && records[i].data < at + n; ++i) {
+      const uint64_t from = std::max(records[i].data, at), to = std::min(records[i].data + records[i].size, at + n);
+      if (from < to) crcs[i] = crc32_z(crcs[i], block.data() + (from - at), to - from);
+      if (records[i].data + records[i].size <= at + n && i == first) ++first;
+    }
+  }
+  for (size_t i = 0; i < records.size(); ++i) {
+    if (crcs[i] != records[i].crc)
+      f.damaged("record {}: its bytes' CRC-32 is {:08x}, the zip says {:08x}", records[i].name, crcs[i], records[i].crc);
+  }
+  if (has_digest) {
+    unsigned char digest[EVP_MAX_MD_SIZE];
+    unsigned int len = 0;
+    EVP_DigestFinal_ex(sha.get(), digest, &len);
+    if (comment.substr(std::strlen(kDigestPrefix)) != hex(digest, len))
+      f.damaged("its SHA-256 is not the one it was saved with (a byte changed outside the records' data)");
+  }
+}
+
+DigestWriter::DigestWriter(std::function<void(const char*, size_t)> sink)
+    : sink_(std::move(sink)), sha_(EVP_MD_CTX_new()) {
+  if (sha_ == nullptr || EVP_DigestInit_ex(sha_, EVP_sha256(), nullptr) != 1)
+    raise<OperationalError>("OpenSSL: no SHA-256");
+}
+
+DigestWriter::~DigestWriter() { EVP_MD_CTX_free(sha_); }
+
+void DigestWriter::write(const char* data, size_t size) {
+  auto pass = [&](const char* bytes, size_t n) {
+    if (n == 0) return;
+    EVP_DigestUpdate(sha_, bytes, n);
+    sink_(bytes, n);
+  };
+  if (held_.size() + size <= 2) {
+    held_.append(data, size);
+  } else if (size >= 2) {
+    pass(held_.data(), held_.size());
+    pass(data, size - 2);
+    held_.assign(data + size - 2, 2);
+  } else {  // one byte after two held
+    pass(held_.data(), 1);
+    held_ = held_.substr(1) + data[0];
+  }
+}
+
+void DigestWriter::finish() {
+  if (held_ != std::string(2, '\0')) raise<OperationalError>("the zip writer did not end with an empty comment");
+  unsigned char digest[EVP_MAX_MD_SIZE];
+  unsigned int len = 0;
+  EVP_DigestFinal_ex(sha_, digest, &len);
+  const std::string comment = kDigestPrefix + hex(digest, len);
+  const char length[2] = {static_cast<char>(comment.size() & 0xFF), static_cast<char>(comment.size() >> 8)};
+  sink_(length, 2);
+  sink_(comment.data(), comment.size());
+  held_.clear();
+}
+
+}  // namespace fairseq_cpp::checkpoint

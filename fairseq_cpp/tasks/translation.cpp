@@ -9,9 +9,11 @@
 #include <regex>
 
 #include <fmt/format.h>
+#include <nlohmann/json.hpp>
 #include <torch/torch.h>
 
 #include "fairseq_cpp/checkpoint/checkpoint.h"
+#include "fairseq_cpp/checkpoint/run_lock.h"
 #include "fairseq_cpp/config/config.h"
 #include "fairseq_cpp/core/errors.h"
 #include "fairseq_cpp/core/logging.h"
@@ -169,6 +171,20 @@ int train_translation(const config::Config& cfg, distributed::Gang& gang) {
   if (cfg.dataset.max_tokens <= 0 && cfg.dataset.batch_size <= 0)
     raise<UserError>("set `dataset.max_tokens` or `dataset.batch_size`: batches need a size.");
   metric_of({}, ckpt_cfg.best_checkpoint_metric);  // checks the name before any work
+  // One run per save_dir: rank 0 takes the lock, and every rank learns whether it got it.
+  std::optional<checkpoint::RunLock> run_lock;
+  if (!ckpt_cfg.no_save) {
+    std::string refused;
+    if (gang.rank() == 0) {
+      try {
+        run_lock.emplace(ckpt_cfg.save_dir);
+      } catch (const UserError& e) {
+        refused = e.what();
+      }
+    }
+    refused = distributed::broadcast_object(gang, nlohmann::json(refused)).get<std::string>();
+    if (!refused.empty()) throw UserError(refused);
+  }
   torch::manual_seed(static_cast<uint64_t>(cfg.common.seed));
 
   // Data.

@@ -4,7 +4,9 @@
 #include <torch/torch.h>
 
 #include <signal.h>
+#include <unistd.h>
 
+#include <algorithm>
 #include <chrono>
 #include <filesystem>
 #include <fstream>
@@ -15,6 +17,7 @@
 
 #include <fmt/format.h>
 
+#include "fairseq_cpp/checkpoint/run_lock.h"
 #include "tests/support/training_fixture.h"
 
 namespace fairseq_cpp::testing {
@@ -142,6 +145,41 @@ TEST_F(TrainingRun, SigtermSavesAndExitsWithTheRequeueCode) {
   EXPECT_EQ(code, 3) << p.err();
   EXPECT_NE(p.err().find("stop signal received: saving checkpoint_last"), std::string::npos) << p.err();
   EXPECT_GE(updates_in(dir + "/checkpoint_last.pt"), 3);
+}
+
+std::string read_file_or_empty(const std::string& path) { return fs::exists(path) ? read_file(path) : ""; }
+
+TEST_F(TrainingRun, ASecondRunOnALiveRunsSaveDirIsRefusedButADeadRunsLockIsNot) {
+  std::string dir = work_.path() + "/shared_dir";
+  std::string cfg = config(dir, 1, 1, 100000);
+  BackgroundProcess first({program("fairseq-cpp-train"), cfg});
+  const std::string lock = dir + "/" + checkpoint::kRunLockName;
+  auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(120);
+  while (read_file_or_empty(lock).empty() && std::chrono::steady_clock::now() < deadline)
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  ASSERT_FALSE(read_file_or_empty(lock).empty()) << first.err();
+  // The holder: the first run's rank 0 (the program itself, or its one worker).
+  std::vector<pid_t> holders = children_of(first.pid());
+  holders.push_back(first.pid());
+  char host[256] = {};
+  gethostname(host, sizeof(host) - 1);
+  auto second = train(cfg, {"optimization.max_update=2"});
+  EXPECT_EQ(second.exit_code, 2) << second.err;
+  EXPECT_NE(second.err.find("`checkpoint.save_dir` " + dir + " is in use by another training run"), std::string::npos)
+      << second.err;
+  EXPECT_NE(second.err.find(fmt::format("on host {}", host)), std::string::npos) << second.err;
+  bool named = false;
+  for (pid_t pid : holders) named = named || second.err.find(fmt::format("pid {} ", pid)) != std::string::npos;
+  EXPECT_TRUE(named) << second.err;
+  EXPECT_EQ(second.err.find("error:"), second.err.rfind("error:")) << second.err;  // one error line
+  EXPECT_EQ(second.err.find('\n', second.err.find("error:")), second.err.size() - 1) << second.err;
+  // A run killed with SIGKILL leaves its lock file behind, but not its lock.
+  for (pid_t pid : holders) kill(pid, SIGKILL);
+  first.wait(15);
+  ASSERT_TRUE(fs::exists(lock));
+  auto third = train(cfg, {"optimization.max_update=2"});
+  EXPECT_EQ(third.exit_code, 0) << third.err;
+  EXPECT_FALSE(fs::exists(lock)) << "a run that ends removes its lock file";
 }
 
 }  // namespace

@@ -1,12 +1,15 @@
 #include "fairseq_cpp/checkpoint/checkpoint.h"
 
 #include <fcntl.h>
+#include <sys/statvfs.h>
 #include <unistd.h>
 
 #include <cerrno>
 #include <cstring>
+#include <exception>
 #include <filesystem>
 #include <fstream>
+#include <regex>
 #include <string_view>
 #include <vector>
 
@@ -26,12 +29,33 @@ namespace fs = std::filesystem;
 
 namespace {
 
+// A write that failed for lack of space (ENOSPC, EDQUOT): save_file adds the free space.
+class DiskFullError : public OperationalError {
+ public:
+  using OperationalError::OperationalError;
+};
+
+// Throws OperationalError "`doing` `path`: strerror(err)" (DiskFullError for a full disk).
+[[noreturn]] void raise_io(const char* doing, const std::string& path, int err) {
+  if (err == ENOSPC || err == EDQUOT) raise<DiskFullError>("{} {}: {}", doing, path, std::strerror(err));
+  raise<OperationalError>("{} {}: {}", doing, path, std::strerror(err));
+}
+
+// "N MiB of M MiB free in DIR": the free space of the filesystem holding `dir`.
+std::string free_space(const fs::path& dir) {
+  struct statvfs st {};
+  if (::statvfs(dir.c_str(), &st) != 0) return fmt::format("free space in {} unknown", dir.string());
+  auto mib = [](double bytes) { return fmt::format("{:.1f} MiB", bytes / (1 << 20)); };
+  return fmt::format("{} of {} free in {}", mib(static_cast<double>(st.f_bavail) * st.f_frsize),
+                     mib(static_cast<double>(st.f_blocks) * st.f_frsize), dir.string());
+}
+
 void write_all(int fd, const char* data, size_t size, const std::string& path) {
   while (size > 0) {
     ssize_t n = ::write(fd, data, size);
     if (n < 0) {
       if (errno == EINTR) continue;
-      raise<OperationalError>("cannot write {}: {}", path, std::strerror(errno));
+      raise_io("cannot write", path, errno);
     }
     data += n;
     size -= static_cast<size_t>(n);
@@ -75,16 +99,18 @@ void write_archive(int fd, const StateDict& state, const std::string& path) {
   pickler.protocol();
   pickler.pushIValue(untyped(c10::IValue(state)));
   pickler.stop();
-  std::string write_error;
+  std::exception_ptr write_error;
   // The bytes go through the digest on their way to the file; the digest ends it (integrity.h).
   DigestWriter digest([&](const char* data, size_t size) { write_all(fd, data, size, path); });
+  // After a failed write (a full disk) the rest is dropped but reported as written: a short count
+  // makes the writer throw, and its destructor then finishes the archive and throws again, out of a
+  // destructor (std::terminate). The first error comes back below.
   caffe2::serialize::PyTorchStreamWriter writer([&](const void* data, size_t size) -> size_t {
-    if (!write_error.empty()) return 0;
+    if (write_error) return size;
     try {
       digest.write(static_cast<const char*>(data), size);
-    } catch (const OperationalError& e) {
-      write_error = e.what();  // a short count tells the writer; the message comes back below
-      return 0;
+    } catch (const OperationalError&) {
+      write_error = std::current_exception();
     }
     return size;
   });
@@ -92,9 +118,9 @@ void write_archive(int fd, const StateDict& state, const std::string& path) {
     torch::jit::writeArchiveAndTensors("data", pickle_data.data(), pickle_data.size(), pickler.tensorData(), writer);
     writer.writeEndOfFile();
   } catch (const c10::Error& e) {
-    if (write_error.empty()) raise<OperationalError>("cannot write {}: {}", path, e.what_without_backtrace());
+    if (!write_error) raise<OperationalError>("cannot write {}: {}", path, e.what_without_backtrace());
   }
-  if (!write_error.empty()) raise<OperationalError>("{}", write_error);
+  if (write_error) std::rethrow_exception(write_error);
   digest.finish();
 }
 
@@ -120,28 +146,47 @@ void save_file(const std::string& path, const StateDict& state) {
   fs::path dir = target.has_parent_path() ? target.parent_path() : fs::path(".");
   std::error_code ec;
   fs::create_directories(dir, ec);
-  std::string tmp = (dir / ("." + target.filename().string() + ".tmp." + std::to_string(::getpid()))).string();
-  int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
-  if (fd < 0) raise<OperationalError>("cannot create {}: {}", tmp, std::strerror(errno));
+  std::string tmp = (dir / temporary_name(target.filename().string())).string();
   try {
-    write_archive(fd, state, tmp);
-    if (::fsync(fd) != 0) raise<OperationalError>("cannot fsync {}: {}", tmp, std::strerror(errno));
-  } catch (...) {
-    ::close(fd);
+    int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+    if (fd < 0) raise_io("cannot create", tmp, errno);
+    try {
+      write_archive(fd, state, tmp);
+      if (::fsync(fd) != 0) raise_io("cannot fsync", tmp, errno);
+    } catch (...) {
+      ::close(fd);
+      throw;
+    }
+    if (::close(fd) != 0) raise_io("cannot close", tmp, errno);
+    if (::rename(tmp.c_str(), path.c_str()) != 0) raise_io("cannot rename", tmp, errno);
+  } catch (const OperationalError& e) {
     ::unlink(tmp.c_str());
-    throw;
+    const bool full = dynamic_cast<const DiskFullError*>(&e) != nullptr;
+    raise<OperationalError>("cannot save checkpoint {}: {}{}; {}", path, e.what(),
+                            full ? " (" + free_space(dir) + " without the unfinished file)" : "",
+                            fs::exists(target, ec) ? "the previous file is unchanged" : "no file was written");
   }
-  ::close(fd);
-  if (::rename(tmp.c_str(), path.c_str()) != 0) {
-    int err = errno;
-    ::unlink(tmp.c_str());
-    raise<OperationalError>("cannot rename {} to {}: {}", tmp, path, std::strerror(err));
-  }
+  // The rename is durable only once the directory is: a power cut must not bring back the old name.
   int dfd = ::open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
   if (dfd >= 0) {
     ::fsync(dfd);
     ::close(dfd);
   }
+}
+
+std::string temporary_name(const std::string& file_name) {
+  return "." + file_name + ".tmp." + std::to_string(::getpid());
+}
+
+int remove_unfinished_saves(const std::string& dir) {
+  static const std::regex pattern(R"(\..+\.tmp\.[0-9]+)");
+  int removed = 0;
+  std::error_code ec;
+  for (const auto& entry : fs::directory_iterator(dir, ec)) {
+    if (!entry.is_regular_file(ec) || !std::regex_match(entry.path().filename().string(), pattern)) continue;
+    if (fs::remove(entry.path(), ec)) ++removed;
+  }
+  return removed;
 }
 
 StateDict load_file(const std::string& path) {
@@ -165,6 +210,8 @@ StateDict load_file(const std::string& path) {
     // torch::pickle_load's reading, record by record from the file: the whole file is never in
     // memory at once (it held about the model and optimizer state twice over while resuming).
     caffe2::serialize::PyTorchStreamReader reader(path);
+    const auto [pickle, pickle_size] = reader.getRecord("data.pkl");
+    check_pickle(path, static_cast<const unsigned char*>(pickle.get()), pickle_size);
     value = torch::jit::readArchiveAndTensors("data", "", "", c10::nullopt, c10::nullopt, c10::nullopt, reader);
   } catch (const c10::Error& e) {
     // fairseq's files pickle an argparse Namespace and meters that LibTorch cannot read.
@@ -173,6 +220,14 @@ StateDict load_file(const std::string& path) {
     }
     raise<DataError>("{} is truncated or not a fairseq-cpp checkpoint: {}", path,
                      core::torch_message(e.what_without_backtrace()));
+  } catch (const Error&) {
+    throw;
+  } catch (const std::bad_alloc&) {
+    throw;
+  } catch (const std::exception&) {
+    // LibTorch's unpickler indexes its memo and stack with .at(): a malformed pickle throws
+    // std::out_of_range and the like, whose texts are LibTorch's internals.
+    raise<DataError>("{} is not a fairseq-cpp checkpoint: its pickled data (data.pkl) is malformed", path);
   }
   if (!value.isGenericDict()) raise<DataError>("{} is not a fairseq-cpp checkpoint: the top level is not a dict", path);
   StateDict state = value.toGenericDict();
@@ -270,7 +325,7 @@ config::Config config_entry(const StateDict& checkpoint, const std::string& orig
   } catch (const ConfigError& e) {
     ::unlink(tmpl);
     std::string problems;
-    for (const auto& p : e.problems()) problems += (problems.empty() ? "" : "; ") + p;
+    for (const auto& p : e.problems()) problems += (problems.empty() ? "" : "; ") + core::one_line(p);
     raise<DataError>("{}: the stored config is not valid: {}", origin, problems);
   }
 }

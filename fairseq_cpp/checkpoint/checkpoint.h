@@ -25,8 +25,15 @@ using TensorDict = c10::Dict<std::string, at::Tensor>;
 inline constexpr const char* kModelKey = "model";
 inline constexpr const char* kConfigKey = "cfg";
 
-// Writes `state` to `path` atomically; throws OperationalError on I/O failure.
+// Writes `state` to `path` atomically; throws OperationalError on I/O failure ("cannot save
+// checkpoint PATH: ..."; with the free space when the disk is full), removing its temporary file.
 void save_file(const std::string& path, const StateDict& state);
+// The temporary file save_file writes `file_name` to, in the same directory: ".NAME.tmp.PID".
+std::string temporary_name(const std::string& file_name);
+// Removes the temporary files of saves that a killed process left in `dir` (any ".NAME.tmp.PID"):
+// call it only while holding the directory's RunLock, so that no other save can be under way.
+// Returns how many were removed.
+int remove_unfinished_saves(const std::string& dir);
 // Reads a checkpoint. Throws UserError when `path` does not exist, DataError when it is truncated,
 // not a torch zip, or lacks "model"/"cfg" (with a hint to tools/fairseq-import for fairseq files).
 StateDict load_file(const std::string& path);

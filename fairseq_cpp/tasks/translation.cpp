@@ -98,16 +98,23 @@ class CheckpointWriter {
       names.push_back(fmt::format("checkpoint_{}_{}{}.pt", epoch, updates, o_.checkpoint_suffix));
     if (is_best) names.push_back(fmt::format("checkpoint_best{}.pt", o_.checkpoint_suffix));
     if (!o_.no_last_checkpoints) names.push_back(fmt::format("checkpoint_last{}.pt", o_.checkpoint_suffix));
+    // Rank 0 writes; a failed save (a full disk) stops every rank with rank 0's message.
+    std::string failed;
     if (gang_.rank() == 0 && !names.empty()) {
-      fs::create_directories(o_.save_dir);
-      double start = core::monotonic_seconds();
-      checkpoint::StateDict ckpt = trainer::make_checkpoint(trainer, state, config_yaml);
-      for (const auto& name : names) checkpoint::save_file((fs::path(o_.save_dir) / name).string(), ckpt);
-      log::info("checkpoint", "saved {} (epoch {} @ {} updates) in {:.1f} s", join(names), epoch, updates,
-                core::monotonic_seconds() - start);
-      prune();
+      try {
+        fs::create_directories(o_.save_dir);
+        double start = core::monotonic_seconds();
+        checkpoint::StateDict ckpt = trainer::make_checkpoint(trainer, state, config_yaml);
+        for (const auto& name : names) checkpoint::save_file((fs::path(o_.save_dir) / name).string(), ckpt);
+        log::info("checkpoint", "saved {} (epoch {} @ {} updates) in {:.1f} s", join(names), epoch, updates,
+                  core::monotonic_seconds() - start);
+        prune();
+      } catch (const OperationalError& e) {
+        failed = e.what();
+      }
     }
-    gang_.barrier();
+    failed = distributed::broadcast_object(gang_, nlohmann::json(failed)).get<std::string>();
+    if (!failed.empty()) throw OperationalError(gang_.rank() == 0 ? failed : "rank 0 stopped the run: " + failed);
   }
 
  private:
@@ -178,6 +185,9 @@ int train_translation(const config::Config& cfg, distributed::Gang& gang) {
     if (gang.rank() == 0) {
       try {
         run_lock.emplace(ckpt_cfg.save_dir);
+        if (int removed = checkpoint::remove_unfinished_saves(ckpt_cfg.save_dir))
+          log::info("checkpoint", "removed {} unfinished checkpoint file(s) of an interrupted save from {}", removed,
+                    ckpt_cfg.save_dir);
       } catch (const UserError& e) {
         refused = e.what();
       }

@@ -1,11 +1,13 @@
 // The checkpoint file: atomic save, load, the model state by fairseq name, and clear errors for
 // missing, truncated and foreign files.
 #include <gtest/gtest.h>
+#include <unistd.h>
 
 #include <filesystem>
 #include <fstream>
 #include <map>
 #include <random>
+#include <set>
 
 #include <torch/torch.h>
 
@@ -76,6 +78,21 @@ TEST(Checkpoint, SaveAndLoadRoundTripTheModelAndConfig) {
   EXPECT_EQ(cfg.model.arch, "transformer_tiny");
   EXPECT_EQ(cfg.model.share_decoder_input_output_embed, std::optional<bool>(true));
   EXPECT_EQ(loaded.at("extra_state").toGenericDict().at("num_updates").toInt(), 17);
+}
+
+TEST(Checkpoint, OnlyTheUnfinishedFilesOfSavesAreRemoved) {
+  testing::TempDir dir;
+  EXPECT_EQ(temporary_name("checkpoint_last.pt"), ".checkpoint_last.pt.tmp." + std::to_string(::getpid()));
+  for (const char* name : {".checkpoint_last.pt.tmp.4242", ".checkpoint_1_10.pt.tmp.7", "checkpoint_last.pt",
+                           ".fairseq-cpp-train.lock", ".notes.tmp.x", "model.tmp.12", "checkpoint_best.pt.tmp.3x"})
+    dir.write(name, "x");
+  fs::create_directory(dir.path() + "/.dir.tmp.5");  // only files go
+  EXPECT_EQ(remove_unfinished_saves(dir.path()), 2);
+  std::set<std::string> left;
+  for (const auto& e : fs::directory_iterator(dir.path())) left.insert(e.path().filename().string());
+  EXPECT_EQ(left, (std::set<std::string>{"checkpoint_last.pt", ".fairseq-cpp-train.lock", ".notes.tmp.x",
+                                         "model.tmp.12", "checkpoint_best.pt.tmp.3x", ".dir.tmp.5"}));
+  EXPECT_EQ(remove_unfinished_saves(dir.path() + "/missing"), 0);
 }
 
 TEST(Checkpoint, MissingTruncatedAndForeignFilesAreClearErrors) {

@@ -182,5 +182,69 @@ TEST_F(TrainingRun, ASecondRunOnALiveRunsSaveDirIsRefusedButADeadRunsLockIsNot) 
   EXPECT_FALSE(fs::exists(lock)) << "a run that ends removes its lock file";
 }
 
+// The shell words of `argv`, single-quoted.
+std::string shell_words(const std::vector<std::string>& argv) {
+  std::string out;
+  for (const auto& a : argv) {
+    std::string quoted = "'";
+    for (char c : a) quoted += c == '\'' ? std::string("'\\''") : std::string(1, c);
+    out += (out.empty() ? "" : " ") + quoted + "'";
+  }
+  return out;
+}
+
+TEST_F(TrainingRun, AFullDiskStopsEveryRankAndKeepsThePreviousCheckpoints) {
+  // save_dir on a 32 MiB tmpfs of its own (a private mount namespace, as root or as a mapped user):
+  // a first run saves, the disk is filled to 256 KiB, the resumed run's next save cannot fit. What
+  // the tmpfs holds is copied out before the namespace ends.
+  std::string mnt = work_.path() + "/small_disk", out = work_.path() + "/out";
+  fs::create_directories(mnt);
+  fs::create_directories(out + "/before");
+  fs::create_directories(out + "/after");
+  std::string cfg = config(mnt + "/run", 2, 1, 6, "  save_interval_updates: 3");
+  std::string train = shell_words({program("fairseq-cpp-train"), cfg});
+  std::string script = fmt::format(
+      R"sh(set -u
+mount -t tmpfs -o size=32m fsq-small-disk '{mnt}' || exit 99
+{train} >'{out}/first.log' 2>&1; echo $? >'{out}/first.code'
+cp -a '{mnt}/run/.' '{out}/before/'
+dd if=/dev/zero of='{mnt}/filler' bs=64k 2>/dev/null; truncate -s -256K '{mnt}/filler'
+start=$(date +%s.%N)
+{train} optimization.max_update=12 >'{out}/second.log' 2>&1; echo $? >'{out}/second.code'
+awk -v a="$(date +%s.%N)" -v b="$start" 'BEGIN {{ print a - b }}' >'{out}/second.seconds'
+ls -a '{mnt}/run' >'{out}/listing'
+{train} optimization.max_update=12 checkpoint.no_save=true >'{out}/third.log' 2>&1; echo $? >'{out}/third.code'
+cp -a '{mnt}/run/.' '{out}/after/'
+)sh",
+      fmt::arg("mnt", mnt), fmt::arg("out", out), fmt::arg("train", train));
+  auto r = run({"/usr/bin/unshare", "--user", "--map-root-user", "--mount", "/bin/sh", "-c", script});
+  ASSERT_EQ(r.exit_code, 0) << "cannot mount a tmpfs in a private mount namespace (unshare --user --mount): "
+                            << r.err;
+  auto code = [&](const std::string& name) { return std::stoi(read_file(out + "/" + name + ".code")); };
+  ASSERT_EQ(code("first"), 0) << read_file(out + "/first.log");
+  const std::string second = read_file(out + "/second.log");
+  // Every rank stops with rank 0's one-line reason, well within the run's 60 s timeout.
+  EXPECT_EQ(code("second"), 1) << second;
+  EXPECT_LT(std::stod(read_file(out + "/second.seconds")), 60.0) << second;
+  const std::string reason = "cannot save checkpoint " + mnt + "/run/checkpoint_";
+  EXPECT_NE(second.find("error: " + reason), std::string::npos) << second;
+  EXPECT_NE(second.find("error: rank 0 stopped the run: " + reason), std::string::npos) << second;
+  EXPECT_NE(second.find("No space left on device ("), std::string::npos) << second;
+  EXPECT_NE(second.find(" MiB of 32.0 MiB free in " + mnt + "/run"), std::string::npos) << second;
+  EXPECT_EQ(second.find("terminate called"), std::string::npos) << second;
+  // No unfinished file is left, and the previous checkpoints are unchanged and load.
+  EXPECT_EQ(read_file(out + "/listing").find(".tmp."), std::string::npos) << read_file(out + "/listing");
+  for (const char* name : {"checkpoint_last.pt", "checkpoint_best.pt"}) {
+    ASSERT_TRUE(fs::exists(out + "/after/" + name)) << name;
+    EXPECT_EQ(read_file(out + "/after/" + name), read_file(out + "/before/" + name)) << name;
+  }
+  EXPECT_EQ(updates_in(out + "/after/checkpoint_last.pt"), 6);
+  // With checkpoint.no_save the full disk is not in the way.
+  const std::string third = read_file(out + "/third.log");
+  EXPECT_EQ(code("third"), 0) << third;
+  EXPECT_NE(third.find("done training"), std::string::npos) << third;
+  EXPECT_NE(third.find("(12 updates)"), std::string::npos) << third;
+}
+
 }  // namespace
 }  // namespace fairseq_cpp::testing

@@ -5,6 +5,7 @@
 #
 #   tools/setup.sh                 # Debian's LibTorch 1.13 (CPU): build into ./build
 #   tools/setup.sh --torch wheel   # PyTorch's wheel (LibTorch 2.x, CUDA): .venv/ and ./build-wheel
+#   tools/setup.sh --fuzz          # only the libFuzzer targets (clang, ASan + UBSan): ./build-fuzz
 #   BUILD_DIR=out tools/setup.sh   # elsewhere
 #
 # The wheel lane makes the project's Python environment in .venv/ (ignored by git) from the pinned
@@ -15,11 +16,13 @@ set -euo pipefail
 
 root=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 lane=debian
+fuzz=0
 while [ $# -gt 0 ]; do
   case "$1" in
     --torch) lane=${2:-}; shift $(($# < 2 ? 1 : 2)) ;;
     --torch=*) lane=${1#--torch=}; shift ;;
-    *) echo "setup: unknown argument \`$1'; usage: tools/setup.sh [--torch debian|wheel]" >&2; exit 2 ;;
+    --fuzz) fuzz=1; shift ;;
+    *) echo "setup: unknown argument \`$1'; usage: tools/setup.sh [--torch debian|wheel] [--fuzz]" >&2; exit 2 ;;
   esac
 done
 case "$lane" in
@@ -27,6 +30,10 @@ case "$lane" in
   wheel) build_dir=${BUILD_DIR:-$root/build-wheel} ;;
   *) echo "setup: --torch must be debian or wheel, but is \`$lane'" >&2; exit 2 ;;
 esac
+if [ "$fuzz" = 1 ]; then
+  [ "$lane" = debian ] || { echo "setup: --fuzz builds against Debian's LibTorch, not --torch $lane" >&2; exit 2; }
+  build_dir=${BUILD_DIR:-$root/build-fuzz}
+fi
 
 # What each package is for:
 #   g++ cmake ninja-build ccache          the build (ccache: fast rebuilds)
@@ -42,8 +49,9 @@ esac
 #   munge slurmctld slurmd slurm-client   the SLURM integration test runs a one-node cluster on localhost
 #   python3-matplotlib                    tools/plot-log (PNG of a training log)
 #   python3-venv                          the wheel lane's Python environment (.venv/)
+#   clang libclang-rt-14-dev              the fuzz targets (fuzz/): clang with libFuzzer, ASan and UBSan
 packages=(g++ cmake ninja-build ccache libtorch-dev libgloo-dev libyaml-cpp-dev libfmt-dev nlohmann-json3-dev
-  zlib1g-dev libssl-dev
+  zlib1g-dev libssl-dev clang libclang-rt-14-dev
   libsentencepiece-dev sentencepiece libgtest-dev libopenblas0-pthread libjemalloc-dev libblas3 python3-torch
   munge slurmctld slurmd slurm-client python3-matplotlib)
 [ "$lane" = wheel ] && packages+=(python3-venv)
@@ -103,6 +111,10 @@ if [ "$lane" = wheel ]; then
     -DCUDAToolkit_ROOT="$cuda" -DCUDA_TOOLKIT_ROOT_DIR="$cuda" -DTORCH_CUDA_ARCH_LIST=9.0 -DFSQ_REQUIRE_CUDA=ON
     -DFSQ_PYTHON="$venv/bin/python" -DFSQ_TORCHRUN="$venv/bin/torchrun" -DFSQ_SACREBLEU_PYTHON="$venv/bin/python"
     -DPython_EXECUTABLE="$venv/bin/python")
+fi
+
+if [ "$fuzz" = 1 ]; then
+  cmake_args=(-DCMAKE_CXX_COMPILER=clang++ -DFSQ_FUZZ=ON -DFSQ_BUILD_TESTS=OFF -DFSQ_PCH=OFF)
 fi
 
 # Configure a new build folder, and again whenever this script's CMake arguments change.

@@ -1,22 +1,32 @@
 #!/usr/bin/env bash
 # The test command (README's quick start, and all that CI runs): set-up if needed, then build and
-# test both lanes: Debian's LibTorch 1.13 in build/, PyTorch's wheel (LibTorch 2.x with CUDA) in
-# build-wheel/. The wheel lane also runs the tests with label torchrun.
-#   tools/test.sh                  # both lanes, every suite but the GPU one (unless a GPU is present)
-#   tools/test.sh -L unit          # extra arguments go to ctest, in each lane
-#   FSQ_LANES=wheel tools/test.sh  # one lane only (debian or wheel)
+# test the lanes: Debian's LibTorch 1.13 in build/, PyTorch's wheel (LibTorch 2.x with CUDA) in
+# build-wheel/, and the fuzz targets' smoke runs (clang, ASan + UBSan) in build-fuzz/. The wheel
+# lane also runs the tests with label torchrun.
+#   tools/test.sh                  # every lane, every suite but the GPU one (unless a GPU is present)
+#   tools/test.sh -L unit          # extra arguments go to ctest, in the debian and wheel lanes
+#   FSQ_LANES=wheel tools/test.sh  # one lane only (debian, wheel or fuzz)
 set -euo pipefail
 
 root=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
-read -r -a lanes <<<"${FSQ_LANES:-debian wheel}"
+read -r -a lanes <<<"${FSQ_LANES:-debian wheel fuzz}"
 start=$(date +%s)
+
+# The build folder of a lane.
+build_dir_of() {
+  case "$1" in
+    debian) echo "$root/build" ;;
+    wheel) echo "$root/build-wheel" ;;
+    fuzz) echo "$root/build-fuzz" ;;
+  esac
+}
 
 for lane in "${lanes[@]}"; do
   case "$lane" in
-    debian | wheel) ;;
-    *) echo "test: FSQ_LANES names debian and wheel, not \`$lane'" >&2; exit 2 ;;
+    debian | wheel) BUILD_DIR=$(build_dir_of "$lane") "$root/tools/setup.sh" --torch "$lane" ;;
+    fuzz) BUILD_DIR=$(build_dir_of fuzz) "$root/tools/setup.sh" --fuzz ;;
+    *) echo "test: FSQ_LANES names debian, wheel and fuzz, not \`$lane'" >&2; exit 2 ;;
   esac
-  BUILD_DIR=$root/$([ "$lane" = debian ] && echo build || echo build-wheel) "$root/tools/setup.sh" --torch "$lane"
   echo "test: $lane lane built after $(($(date +%s) - start)) s"
 done
 
@@ -24,10 +34,14 @@ labels=()
 command -v nvidia-smi >/dev/null 2>&1 && nvidia-smi -L >/dev/null 2>&1 || labels=(-LE gpu)
 failed=()
 for lane in "${lanes[@]}"; do
-  build_dir=$root/$([ "$lane" = debian ] && echo build || echo build-wheel)
+  build_dir=$(build_dir_of "$lane")
   echo "test: $lane lane ($build_dir)"
-  (cd "$build_dir" && ctest --output-on-failure -j "${JOBS:-$(nproc)}" --timeout 1200 "${labels[@]}" "$@") ||
-    failed+=("$lane")
+  if [ "$lane" = fuzz ]; then  # each target's smoke run on its corpus and regressions
+    (cd "$build_dir" && ctest --output-on-failure -j "${JOBS:-$(nproc)}" -L fuzz) || failed+=("$lane")
+  else
+    (cd "$build_dir" && ctest --output-on-failure -j "${JOBS:-$(nproc)}" --timeout 1200 "${labels[@]}" "$@") ||
+      failed+=("$lane")
+  fi
   echo "test: $lane lane tested after $(($(date +%s) - start)) s"
 done
 if [ ${#failed[@]} -gt 0 ]; then

@@ -1,6 +1,8 @@
 #include "fairseq_cpp/checkpoint/checkpoint.h"
 
 #include <fcntl.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
 #include <sys/statvfs.h>
 #include <unistd.h>
 
@@ -9,6 +11,7 @@
 #include <exception>
 #include <filesystem>
 #include <fstream>
+#include <map>
 #include <regex>
 #include <string_view>
 #include <vector>
@@ -17,6 +20,7 @@
 #include <torch/csrc/jit/serialization/export.h>
 #include <torch/csrc/jit/serialization/import_read.h>
 #include <torch/csrc/jit/serialization/pickler.h>
+#include <torch/csrc/jit/serialization/storage_context.h>
 #include <torch/serialize.h>
 #include <torch/torch.h>
 
@@ -137,6 +141,98 @@ bool file_contains(const std::string& path, std::string_view needle) {
   return false;
 }
 
+// The unpickler sizes a storage by the element count that the pickle claims, not by its record's
+// bytes: a storage larger than its record is refused (reading it would run past the record).
+void check_storages(const std::string& path, const std::map<std::string, uint64_t>& record_sizes,
+                    torch::jit::DeserializationStorageContext& storages) {
+  for (const auto& [name, size] : record_sizes) {
+    const auto at = name.rfind("/data/");
+    if (at == std::string::npos) continue;
+    const std::string key = name.substr(at + 6);
+    if (storages.hasStorage(key) && storages.getStorage(key).nbytes() > size) {
+      raise<DataError>("{} is damaged and was not used: record {} holds {} bytes, but its tensor storage claims {}",
+                       path, one_line(name), size, storages.getStorage(key).nbytes());
+    }
+  }
+}
+
+// Whether the elements of `t` lie inside its storage (the pickle sets sizes, strides and offset
+// freely), computed in int64 without overflow.
+bool view_fits_storage(const at::Tensor& t) {
+  for (int64_t d = 0; d < t.dim(); ++d)
+    if (t.size(d) < 0) return false;
+  if (t.numel() == 0) return true;
+  int64_t lo = t.storage_offset(), hi = t.storage_offset(), span = 0, end = 0;
+  for (int64_t d = 0; d < t.dim(); ++d) {
+    if (__builtin_mul_overflow(t.size(d) - 1, t.stride(d), &span) ||
+        __builtin_add_overflow(span < 0 ? lo : hi, span, span < 0 ? &lo : &hi))
+      return false;
+  }
+  return lo >= 0 && !__builtin_add_overflow(hi, 1, &end) &&
+         !__builtin_mul_overflow(end, static_cast<int64_t>(t.element_size()), &end) &&
+         end <= static_cast<int64_t>(t.storage().nbytes());
+}
+
+// Every tensor anywhere in the loaded value fits its storage.
+void check_tensor_views(const std::string& path, const c10::IValue& root) {
+  std::vector<c10::IValue> todo{root};  // a worklist, not recursion: the nesting is the file's
+  while (!todo.empty()) {
+    c10::IValue v = std::move(todo.back());
+    todo.pop_back();
+    if (v.isGenericDict()) {
+      for (const auto& item : v.toGenericDict()) todo.push_back(item.value());
+    } else if (v.isList()) {
+      for (const c10::IValue& item : v.toListRef()) todo.push_back(item);
+    } else if (v.isTuple()) {
+      for (const c10::IValue& item : v.toTupleRef().elements()) todo.push_back(item);
+    } else if (v.isTensor()) {
+      const at::Tensor& t = v.toTensor();
+      if (t.defined() && t.layout() == at::kStrided && !view_fits_storage(t)) {
+        raise<DataError>("{} is damaged and was not used: a tensor of shape {} reaches past its storage of {} bytes",
+                         path, c10::str(t.sizes()), t.storage().nbytes());
+      }
+    }
+  }
+}
+
+// A whole file mapped copy-on-write, unmapped when the last storage that points into it goes.
+struct Mapping {
+  Mapping(void* base, size_t size) : base(base), size(size) {}
+  ~Mapping() { ::munmap(base, size); }
+  Mapping(const Mapping&) = delete;
+  Mapping& operator=(const Mapping&) = delete;
+  void* base;
+  size_t size;
+};
+
+// The storage of every tensor record ("ROOT/data/KEY", of the sizes verify_file found), as a view
+// of the file mapped into memory: the unpickler takes them from `storages` instead of reading.
+void map_storages(const std::string& path, const std::map<std::string, uint64_t>& record_sizes,
+                  caffe2::serialize::PyTorchStreamReader& reader, torch::jit::DeserializationStorageContext& storages) {
+  int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  if (fd < 0) raise_io("cannot open", path, errno);
+  struct stat st {};
+  void* base = MAP_FAILED;
+  if (::fstat(fd, &st) == 0 && st.st_size > 0)
+    base = ::mmap(nullptr, static_cast<size_t>(st.st_size), PROT_READ | PROT_WRITE, MAP_PRIVATE, fd, 0);
+  const int err = errno;
+  ::close(fd);
+  if (base == MAP_FAILED) raise_io("cannot map", path, err);
+  auto mapping = std::make_shared<Mapping>(base, static_cast<size_t>(st.st_size));
+  for (const auto& [name, bytes] : record_sizes) {
+    const auto at = name.find('/');
+    if (at == std::string::npos || name.compare(at, 6, "/data/") != 0) continue;
+    const std::string key = name.substr(at + 6);
+    const size_t offset = reader.getRecordOffset("data/" + key);
+    if (offset > mapping->size || bytes > mapping->size - offset)
+      raise<DataError>("{} is damaged and was not used: record {} runs past the end of the file", path, name);
+    auto* owner = new std::shared_ptr<Mapping>(mapping);
+    at::DataPtr data(static_cast<char*>(base) + offset, owner,
+                     [](void* p) { delete static_cast<std::shared_ptr<Mapping>*>(p); }, at::kCPU);
+    storages.addStorage(key, c10::Storage(c10::Storage::use_byte_size_t(), bytes, std::move(data), nullptr, false));
+  }
+}
+
 }  // namespace
 
 StateDict new_state_dict() { return c10::impl::GenericDict(c10::StringType::get(), c10::AnyType::get()); }
@@ -189,7 +285,7 @@ int remove_unfinished_saves(const std::string& dir) {
   return removed;
 }
 
-StateDict load_file(const std::string& path) {
+StateDict load_file(const std::string& path, Reading reading) {
   std::error_code ec;
   if (!fs::is_regular_file(path, ec)) raise<UserError>("checkpoint {}: no such file", path);
   const auto size = fs::file_size(path, ec);
@@ -204,22 +300,25 @@ StateDict load_file(const std::string& path) {
                      size < 4 ? "a file of " + std::to_string(size) + " bytes" : "other content");
   }
   // Every byte checked before LibTorch reads any (its reader does not check the CRCs).
-  verify_file(path);
+  const std::map<std::string, uint64_t> record_sizes = verify_file(path);
   c10::IValue value;
+  auto storages = std::make_shared<torch::jit::DeserializationStorageContext>();
   try {
     // torch::pickle_load's reading, record by record from the file: the whole file is never in
     // memory at once (it held about the model and optimizer state twice over while resuming).
     caffe2::serialize::PyTorchStreamReader reader(path);
+    if (reading == Reading::kMapped) map_storages(path, record_sizes, reader, *storages);
     const auto [pickle, pickle_size] = reader.getRecord("data.pkl");
     check_pickle(path, static_cast<const unsigned char*>(pickle.get()), pickle_size);
-    value = torch::jit::readArchiveAndTensors("data", "", "", c10::nullopt, c10::nullopt, c10::nullopt, reader);
+    value = torch::jit::readArchiveAndTensors("data", "", "", c10::nullopt, c10::nullopt, c10::nullopt, reader,
+                                              torch::jit::Unpickler::defaultTypeParser, storages);
   } catch (const c10::Error& e) {
     // fairseq's files pickle an argparse Namespace and meters that LibTorch cannot read.
     if (file_contains(path, "optimizer_history")) {
       raise<DataError>("{} is a fairseq checkpoint; convert it first: tools/fairseq-import {} OUT.pt", path, path);
     }
     raise<DataError>("{} is truncated or not a fairseq-cpp checkpoint: {}", path,
-                     core::torch_message(e.what_without_backtrace()));
+                     one_line(core::torch_message(e.what_without_backtrace())));  // names from the pickle
   } catch (const Error&) {
     throw;
   } catch (const std::bad_alloc&) {
@@ -229,6 +328,8 @@ StateDict load_file(const std::string& path) {
     // std::out_of_range and the like, whose texts are LibTorch's internals.
     raise<DataError>("{} is not a fairseq-cpp checkpoint: its pickled data (data.pkl) is malformed", path);
   }
+  check_storages(path, record_sizes, *storages);
+  check_tensor_views(path, value);
   if (!value.isGenericDict()) raise<DataError>("{} is not a fairseq-cpp checkpoint: the top level is not a dict", path);
   StateDict state = value.toGenericDict();
   if (state.contains("args") || state.contains("optimizer_history")) {
@@ -325,7 +426,7 @@ config::Config config_entry(const StateDict& checkpoint, const std::string& orig
   } catch (const ConfigError& e) {
     ::unlink(tmpl);
     std::string problems;
-    for (const auto& p : e.problems()) problems += (problems.empty() ? "" : "; ") + core::one_line(p);
+    for (const auto& p : e.problems()) problems += (problems.empty() ? "" : "; ") + one_line(p);
     raise<DataError>("{}: the stored config is not valid: {}", origin, problems);
   }
 }

@@ -34,9 +34,12 @@ std::string temporary_name(const std::string& file_name);
 // call it only while holding the directory's RunLock, so that no other save can be under way.
 // Returns how many were removed.
 int remove_unfinished_saves(const std::string& dir);
+// How load_file gets the tensors' bytes: read into memory, or mapped (copy-on-write) from the file,
+// so that a record's pages are read only when touched (checkpoint averaging reads only "model").
+enum class Reading { kCopy, kMapped };
 // Reads a checkpoint. Throws UserError when `path` does not exist, DataError when it is truncated,
 // not a torch zip, or lacks "model"/"cfg" (with a hint to tools/fairseq-import for fairseq files).
-StateDict load_file(const std::string& path);
+StateDict load_file(const std::string& path, Reading reading = Reading::kCopy);
 
 // Parameters and buffers of `module` by fairseq name (on the CPU, detached).
 TensorDict model_state(const torch::nn::Module& module);

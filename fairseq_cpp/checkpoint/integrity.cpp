@@ -68,7 +68,9 @@ class File {
 
   template <typename... Args>
   [[noreturn]] void damaged(fmt::format_string<Args...> format, Args&&... args) const {
-    raise<DataError>("{} is damaged and was not used: {}", path_, fmt::format(format, std::forward<Args>(args)...));
+    // One line, whatever bytes a record's name holds.
+    raise<DataError>("{} is damaged and was not used: {}", path_,
+                     one_line(fmt::format(format, std::forward<Args>(args)...)));
   }
 
  private:
@@ -192,7 +194,7 @@ std::string hex(const unsigned char* bytes, size_t n) {
 
 }  // namespace
 
-void verify_file(const std::string& path) {
+std::map<std::string, uint64_t> verify_file(const std::string& path) {
   const File f(path);
   // The end record: the last "PK\5\6" whose comment reaches exactly to the end of the file.
   const uint64_t tail_size = std::min<uint64_t>(f.size(), kEndSize + 0xFFFF);
@@ -277,6 +279,97 @@ void verify_file(const std::string& path) {
     if (comment.substr(std::strlen(kDigestPrefix)) != hex(digest, len))
       f.damaged("its SHA-256 is not the one it was saved with (a byte changed outside the records' data)");
   }
+  std::map<std::string, uint64_t> sizes;
+  for (const Record& r : records) sizes[r.name] = r.size;
+  return sizes;
+}
+
+std::string one_line(std::string_view text) {
+  std::string out;
+  out.reserve(text.size());
+  for (char c : text) {
+    const auto byte = static_cast<unsigned char>(c);
+    if (c == '\n') {
+      out += "\\n";
+    } else if (c == '\r') {
+      out += "\\r";
+    } else if (byte < 0x20 || byte == 0x7f) {
+      out += fmt::format("\\x{:02x}", byte);
+    } else {
+      out += c;
+    }
+  }
+  return out;
+}
+
+void check_pickle(const std::string& path, const unsigned char* data, size_t size) {
+  // Python's pickle opcodes (pickletools) by the argument that follows them.
+  size_t at = 0;
+  uint64_t memo_entries = 0;
+  while (at < size) {
+    const size_t op_at = at;
+    const unsigned char op = data[at++];
+    const uint64_t left = size - at;
+    uint64_t skip = 0;  // argument bytes
+    int lines = 0;      // arguments ended by '\n'
+    switch (op) {
+      case '.':  // STOP: the rest is not read
+        return;
+      case 'K': case 'h': case 'q': case 0x80: case 0x82:  // BININT1 BINGET BINPUT PROTO EXT1
+        skip = 1;
+        break;
+      case 'M': case 0x83:  // BININT2 EXT2
+        skip = 2;
+        break;
+      case 'J': case 'j': case 'r': case 0x84:  // BININT LONG_BINGET LONG_BINPUT EXT4
+        skip = 4;
+        break;
+      case 'G': case 0x95:  // BINFLOAT FRAME
+        skip = 8;
+        break;
+      case 'U': case 'C': case 0x8c: case 0x8a:  // SHORT_BINSTRING SHORT_BINBYTES SHORT_BINUNICODE LONG1
+        skip = left < 1 ? 1 : 1 + uint64_t{data[at]};
+        break;
+      case 'T': case 'B': case 'X': case 0x8b:  // BINSTRING BINBYTES BINUNICODE LONG4
+        skip = left < 4 ? 4 : 4 + uint64_t{u32(data + at)};
+        break;
+      case 0x8d: case 0x8e: case 0x96:  // BINUNICODE8 BINBYTES8 BYTEARRAY8
+        skip = left < 8 ? 8 : u64(data + at);
+        skip = skip > left - 8 ? left + 1 : 8 + skip;
+        break;
+      case 'I': case 'L': case 'F': case 'S': case 'V': case 'P': case 'g': case 'p':
+        lines = 1;
+        break;
+      case 'c': case 'i':  // GLOBAL INST: module and name
+        lines = 2;
+        break;
+      default:  // no argument; an opcode that is none is LibTorch's to refuse
+        break;
+    }
+    if (skip > left) {
+      raise<DataError>("{} is damaged and was not used: data.pkl: the argument of opcode 0x{:02x} at byte {} runs past "
+                       "the end of the record",
+                       path, op, op_at);
+    }
+    // Pickle numbers its memo entries 0, 1, 2, ... as it puts them; LibTorch reserves room up to
+    // the number it reads.
+    if (op == 'q' || op == 'r') {
+      const uint64_t id = op == 'q' ? data[at] : u32(data + at);
+      if (id > memo_entries)
+        raise<DataError>("{} is damaged and was not used: data.pkl: memo entry {} at byte {} after only {} entries",
+                         path, id, op_at, memo_entries);
+    }
+    if (op == 'q' || op == 'r' || op == 0x94) ++memo_entries;  // BINPUT LONG_BINPUT MEMOIZE
+    at += skip;
+    for (; lines > 0; --lines) {
+      const auto* end = static_cast<const unsigned char*>(std::memchr(data + at, '\n', size - at));
+      if (end == nullptr)
+        raise<DataError>("{} is damaged and was not used: data.pkl: opcode 0x{:02x} at byte {} has no end of line", path,
+                         op, op_at);
+      at = static_cast<size_t>(end - data) + 1;
+    }
+  }
+  raise<DataError>("{} is damaged and was not used: data.pkl ends without its STOP opcode", path);
 }
 
 DigestWriter::DigestWriter(std::function<void(const char*, size_t)> sink)

@@ -18,8 +18,10 @@
 
 #include <cstddef>
 #include <functional>
+#include <map>
 #include <memory>
 #include <string>
+#include <string_view>
 
 struct evp_md_ctx_st;  // OpenSSL's EVP_MD_CTX
 
@@ -27,8 +29,17 @@ namespace fairseq_cpp::checkpoint {
 
 inline constexpr const char* kDigestPrefix = "fairseq-cpp sha256:";
 
-// Throws DataError (one line) when `path` is not an intact checkpoint zip.
-void verify_file(const std::string& path);
+// Throws DataError (one line) when `path` is not an intact checkpoint zip. Returns the size of
+// each record by name ("archive/data/0" -> 96).
+std::map<std::string, uint64_t> verify_file(const std::string& path);
+
+// `text` on one line, for messages that quote names from a file: line breaks and other control
+// characters become escapes ("a\nb" => "a\\nb", "\x01" => "\\x01").
+std::string one_line(std::string_view text);
+
+// Throws DataError (one line) when the pickle `data` (a checkpoint's data.pkl) has an opcode
+// whose argument runs past its end: LibTorch's unpickler would allocate the length it claims.
+void check_pickle(const std::string& path, const unsigned char* data, size_t size);
 
 // Passes a zip's bytes on to `sink`, hashing them, and finish() ends the file with the digest as
 // the zip comment. The last two bytes it is given must be the end record's comment length (0).

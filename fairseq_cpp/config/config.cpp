@@ -291,7 +291,12 @@ void apply_file(const std::string& path, std::vector<Section>& sections, Problem
     return;
   }
   for (const auto& section_entry : root) {
-    std::string section_name = section_entry.first.as<std::string>();
+    if (!section_entry.first.IsScalar()) {
+      problems.push_back(fmt::format("{}a section name must be a word (common, dataset, ...), but is {} instead.",
+                                     where_in_file(path, section_entry.first.Mark()), describe_node(section_entry.first)));
+      continue;
+    }
+    std::string section_name = section_entry.first.Scalar();
     const YAML::Node& body = section_entry.second;
     const Section* section = find_section(sections, section_name);
     if (section == nullptr) {
@@ -305,7 +310,12 @@ void apply_file(const std::string& path, std::vector<Section>& sections, Problem
       continue;
     }
     for (const auto& entry : body) {
-      std::string key = entry.first.as<std::string>();
+      if (!entry.first.IsScalar()) {
+        problems.push_back(fmt::format("{}a key of section `{}` must be a word, but is {} instead.",
+                                       where_in_file(path, entry.first.Mark()), section_name, describe_node(entry.first)));
+        continue;
+      }
+      std::string key = entry.first.Scalar();
       const Field* field = section->find(key);
       if (field == nullptr) {
         problems.push_back(where_in_file(path, entry.first.Mark()) + unknown_key(sections, section_name, key));

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cstdio>
+#include <limits>
 #include <utility>
 
 #include <fmt/format.h>
@@ -24,12 +25,16 @@ bool parse_count(std::string_view field, int64_t& out) {
     i = 1;
   }
   if (i == field.size()) return false;
+  // Accumulated negatively: the range of int64 (Python's ints are unbounded, ours are not).
   int64_t value = 0;
   for (; i < field.size(); ++i) {
     if (field[i] < '0' || field[i] > '9') return false;
-    value = value * 10 + (field[i] - '0');
+    const int digit = field[i] - '0';
+    if (value < (std::numeric_limits<int64_t>::min() + digit) / 10) return false;
+    value = value * 10 - digit;
   }
-  out = negative ? -value : value;
+  if (!negative && value == std::numeric_limits<int64_t>::min()) return false;
+  out = negative ? value : -value;
   return true;
 }
 

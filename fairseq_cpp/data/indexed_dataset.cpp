@@ -9,6 +9,7 @@
 #include <cerrno>
 #include <cstring>
 #include <limits>
+#include <type_traits>
 
 #include "fairseq_cpp/core/errors.h"
 
@@ -25,13 +26,22 @@ T load(const uint8_t* p) {
   return value;
 }
 
+// Returns n, or the position of the first element that has no int64 value (a float64 NaN,
+// infinity or magnitude of 2^63 and more).
 template <typename T>
-void convert(const void* src, size_t n, int64_t* out) {
+size_t convert(const void* src, size_t n, int64_t* out) {
   const auto* p = static_cast<const uint8_t*>(src);
-  for (size_t k = 0; k < n; ++k) out[k] = static_cast<int64_t>(load<T>(p + k * sizeof(T)));
+  for (size_t k = 0; k < n; ++k) {
+    const T v = load<T>(p + k * sizeof(T));
+    if constexpr (std::is_floating_point_v<T>) {
+      if (!(v >= -0x1p63 && v < 0x1p63)) return k;
+    }
+    out[k] = static_cast<int64_t>(v);
+  }
+  return n;
 }
 
-void convert_any(DType dtype, const void* src, size_t n, int64_t* out) {
+size_t convert_any(DType dtype, const void* src, size_t n, int64_t* out) {
   switch (dtype) {
     case DType::uint8:
       return convert<uint8_t>(src, n, out);
@@ -188,7 +198,13 @@ IndexedDataset::IndexedDataset(const std::string& prefix) : prefix_(prefix) {
 }
 
 void IndexedDataset::read(size_t i, int64_t* out) const {
-  convert_any(dtype_, raw(i), static_cast<size_t>(length(i)), out);
+  const auto n = static_cast<size_t>(length(i));
+  if (size_t bad = convert_any(dtype_, raw(i), n, out); bad != n) {
+    double value;
+    std::memcpy(&value, static_cast<const uint8_t*>(raw(i)) + bad * sizeof(double), sizeof(double));
+    raise<DataError>("{}: sentence {}, element {}: expected a token id, found {} ({} data)", data_file_path(prefix_), i,
+                     bad, value, dtype_name(dtype_));
+  }
 }
 
 std::vector<int64_t> IndexedDataset::lengths() const {

@@ -363,6 +363,8 @@ std::map<std::string, std::string> capture_environment() {
 }
 
 std::vector<std::string> parse_nodelist(const std::string& nodelist) {
+  // Ranges expand to at most 64 Ki nodes in all (SLURM's hostlist.c refuses longer ranges, MAX_RANGE).
+  constexpr size_t kMaxNodes = 64 * 1024;
   // Split on commas outside brackets: "a[1-2,4],b" -> "a[1-2,4]", "b".
   std::vector<std::string> parts;
   std::string current;
@@ -404,8 +406,12 @@ std::vector<std::string> parse_nodelist(const std::string& nodelist) {
       };
       if (!is_digits(lo) || !is_digits(hi))
         raise<UserError>("SLURM node list \"{}\": \"{}\" is not a number or a range.", nodelist, range);
+      if (lo.size() > 18 || hi.size() > 18)
+        raise<UserError>("SLURM node list \"{}\": \"{}\" has a number of more than 18 digits.", nodelist, range);
       long a = std::stol(lo), b = std::stol(hi);
       if (b < a) raise<UserError>("SLURM node list \"{}\": range \"{}\" runs backwards.", nodelist, range);
+      if (hosts.size() + static_cast<size_t>(b - a) >= kMaxNodes)
+        raise<UserError>("SLURM node list \"{}\" names more than {} nodes.", nodelist, kMaxNodes);
       for (long i = a; i <= b; ++i)
         hosts.push_back(prefix + fmt::format("{:0{}d}", i, static_cast<int>(lo.size())) + suffix);
       if (comma == std::string::npos) break;

@@ -8,7 +8,9 @@
 #include <map>
 #include <random>
 #include <set>
+#include <tuple>
 
+#include <caffe2/serialize/inline_container.h>
 #include <torch/torch.h>
 
 #include "fairseq_cpp/checkpoint/checkpoint.h"
@@ -194,6 +196,73 @@ TEST(Checkpoint, ModelStateMismatchesNameTheParameters) {
   text = expect_error_text([&] { load_model_state(*a, state, "x.pt"); });
   EXPECT_NE(text.find("encoder.embed_tokens.weight"), std::string::npos) << text;
   EXPECT_NE(text.find("[21, 64]"), std::string::npos) << text;
+}
+
+// A checkpoint of hand-made records with intact CRC-32s and digest, as save_file writes them.
+std::string write_records(const std::string& path, const std::vector<std::pair<std::string, std::string>>& records) {
+  std::ofstream out(path, std::ios::binary);
+  DigestWriter digest([&](const char* data, size_t size) { out.write(data, static_cast<std::streamsize>(size)); });
+  {
+    caffe2::serialize::PyTorchStreamWriter writer([&](const void* data, size_t size) {
+      digest.write(static_cast<const char*>(data), size);
+      return size;
+    });
+    for (const auto& [name, bytes] : records) writer.writeRecord(name, bytes.data(), bytes.size());
+    writer.writeEndOfFile();
+  }
+  digest.finish();
+  return path;
+}
+
+// Pickle: BINUNICODE, BININT1.
+std::string str(const std::string& s) {
+  const auto n = static_cast<uint32_t>(s.size());
+  return "X" + std::string(reinterpret_cast<const char*>(&n), 4) + s;
+}
+std::string int1(int v) { return "K" + std::string(1, static_cast<char>(v)); }
+
+// {"model": {"w": a float tensor of `size` elements on storage "0" of `numel` elements}, "cfg": ""}
+std::string tensor_pickle(int numel, int size) {
+  return "\x80\x02}(" + str("model") + "}(" + str("w") + "ctorch._utils\n_rebuild_tensor_v2\n((" + str("storage") +
+         "ctorch\nFloatStorage\n" + str("0") + str("cpu") + int1(numel) + "tQ" + int1(0) + "(" + int1(size) + "t(" +
+         int1(1) + "t\x89" + "ccollections\nOrderedDict\n)RtRu" + str("cfg") + str("") + "u.";
+}
+
+// Found by fuzz_checkpoint_records (fuzz/README.md): pickles behind intact CRCs and digest that
+// made LibTorch allocate what they claim, read past a record, or throw std::out_of_range.
+TEST(Checkpoint, CraftedPicklesAreRefusedWithOneLine) {
+  testing::TempDir dir;
+  const std::string floats(16, '\0');
+  auto write = [&](const std::string& name, const std::string& pickle) {
+    return write_records(dir.path() + "/" + name + ".pt", {{"data.pkl", pickle}, {"data/0", floats}});
+  };
+  EXPECT_EQ(model_entry(load_file(write("good", tensor_pickle(4, 4))), "good").at("w").numel(), 4);
+  for (const auto& [name, pickle, expected] : std::vector<std::tuple<std::string, std::string, std::string>>{
+           {"storage", tensor_pickle(64, 4), "record archive/data/0 holds 16 bytes, but its tensor storage claims 256"},
+           {"view", tensor_pickle(4, 8), "a tensor of shape [8] reaches past its storage of 16 bytes"},
+           {"memo", std::string("\x80\x02}r\xff\xff\xff\x7f.", 9), "data.pkl: memo entry 2147483647 at byte 3"},
+           {"length", std::string("\x80\x02X\xff\xff\xff\x7f.", 8), "opcode 0x58 at byte 2 runs past the end"},
+           {"get", std::string("\x80\x02h\x05.", 5), "not a fairseq-cpp checkpoint"},
+           {"global", "\x80\x02" "ctorch._utils\n_rebuild\r_tensor_v2\n.", "not a fairseq-cpp checkpoint"},
+       }) {
+    const std::string text = expect_error_text([&, &pickle = pickle] { load_file(write(name, pickle)); });
+    EXPECT_NE(text.find(expected), std::string::npos) << name << ": " << text;
+    EXPECT_EQ(text.find_first_of("\n\r"), std::string::npos) << text;
+  }
+}
+
+// Found by fuzz_checkpoint: a damaged record's name went into the message as it was, line breaks
+// included.
+TEST(Checkpoint, RecordNamesInErrorsStayOnOneLine) {
+  testing::TempDir dir;
+  const std::string path = write_records(dir.path() + "/n.pt", {{"data.pkl", tensor_pickle(4, 4)},
+                                                                {"data/0", std::string(16, '\0')},
+                                                                {"x\ny", "payload"}});
+  std::string bytes = testing::read_file(path);
+  bytes[bytes.find("payload")] = 'P';
+  std::ofstream(path, std::ios::binary) << bytes;
+  const std::string text = expect_error_text([&] { load_file(path); });
+  EXPECT_NE(text.find("record archive/x\\ny: its bytes' CRC-32"), std::string::npos) << text;
 }
 
 }  // namespace

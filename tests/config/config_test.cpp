@@ -196,6 +196,22 @@ TEST(Config, NotAMappingIsRejected) {
   EXPECT_NE(problems[0].find("section `dataset` must be a mapping of keys, but is \"5\" instead."), std::string::npos);
 }
 
+// Found by fuzz_config: a section name or key that is not a word (empty, a list, a mapping)
+// threw yaml-cpp's bad conversion out of load_config.
+TEST(Config, NamesThatAreNotWordsAreProblems) {
+  TempDir dir;
+  auto problems = problems_of(dir.write("c.yaml", "? [a, b]\n: x\n~: y\n"));
+  ASSERT_EQ(problems.size(), 2u);
+  EXPECT_NE(problems[0].find("c.yaml:1:3: a section name must be a word (common, dataset, ...), but is a list instead."),
+            std::string::npos)
+      << problems[0];
+  EXPECT_NE(problems[1].find("but is empty instead."), std::string::npos) << problems[1];
+  problems = problems_of(dir.write("d.yaml", "dataset:\n  {max_tokens: 3}: 4\n"));
+  ASSERT_EQ(problems.size(), 1u);
+  EXPECT_NE(problems[0].find("a key of section `dataset` must be a word, but is a mapping instead."), std::string::npos)
+      << problems[0];
+}
+
 TEST(Config, EveryErrorIsReportedAtOnce) {
   TempDir dir;
   std::string path = dir.write("c.yaml", R"(

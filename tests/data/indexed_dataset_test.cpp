@@ -124,6 +124,31 @@ TEST(IndexedDataset, BrokenIndexFilesAreClearErrors) {
   }
 }
 
+// Found by fuzz_indexed_dataset: a float64 .bin holding NaN or 1e300 was cast to int64
+// (undefined behaviour); it is a DataError naming the file, sentence and element.
+TEST(IndexedDataset, Float64ThatIsNoTokenIdIsDataError) {
+  TempDir dir;
+  IndexedDatasetBuilder b(dir.path() + "/f", DType::float64);
+  std::vector<int64_t> a = {4, 5, 2};
+  b.add_item(a.data(), a.size());
+  b.finalize();
+  {
+    std::fstream bin(dir.path() + "/f.bin", std::ios::in | std::ios::out | std::ios::binary);
+    const double huge = 1e300;
+    bin.seekp(8);
+    bin.write(reinterpret_cast<const char*>(&huge), sizeof huge);
+  }
+  IndexedDataset ds(dir.path() + "/f");
+  try {
+    ds.tokens(0);
+    FAIL();
+  } catch (const DataError& e) {
+    EXPECT_EQ(std::string(e.what()), dir.path() + "/f.bin: sentence 0, element 1: expected a token id, found 1e+300 "
+                                                   "(float64 data)");
+  }
+  EXPECT_THROW(ds.max_value(), DataError);
+}
+
 TEST(IndexedDataset, MissingFileIsDataError) {
   TempDir dir;
   EXPECT_THROW(IndexedDataset(dir.path() + "/nothing"), DataError);

@@ -133,6 +133,16 @@ TEST(Dictionary, BadLinesNameFileAndLine) {
   EXPECT_THROW(Dictionary::load(dir.path() + "/missing.txt"), DataError);
 }
 
+// Found by fuzz_dictionary: a count past int64 overflowed (undefined behaviour); it is a bad line.
+TEST(Dictionary, CountsOutsideInt64AreBadLines) {
+  TempDir dir;
+  EXPECT_THROW(Dictionary::load(dir.write("d1.txt", "a 9223372036854775808\n")), DataError);
+  EXPECT_THROW(Dictionary::load(dir.write("d2.txt", "a -99999999999999999999\n")), DataError);
+  Dictionary d = Dictionary::load(dir.write("d3.txt", "a 9223372036854775807\nb -9223372036854775808\n"));
+  EXPECT_EQ(d.count(d.index("a")), INT64_MAX);
+  EXPECT_EQ(d.count(d.index("b")), INT64_MIN);
+}
+
 TEST(Dictionary, LoadsFairseqFixtureDictionary) {
   Dictionary d = Dictionary::load(testing::fixture_dir() + "/data-bin/dict.en.txt");
   EXPECT_EQ(d.size(), 8000);  // specials included, padded to a multiple of 8

@@ -245,6 +245,15 @@ TEST(Nodelist, ParsesSlurmHostlists) {
   EXPECT_THROW(parse_nodelist("a,,b"), UserError);
 }
 
+// Found by fuzz_hostlist: a number past long's range threw std::out_of_range, and a huge range
+// expanded until memory ran out.
+TEST(Nodelist, RefusesHugeNumbersAndRanges) {
+  EXPECT_THROW(parse_nodelist("n[99999999999999999999]"), UserError);
+  EXPECT_THROW(parse_nodelist("n[0-999999999999]"), UserError);
+  EXPECT_THROW(parse_nodelist("n[0-40000],m[0-40000]"), UserError);
+  EXPECT_EQ(parse_nodelist("n[1-65536]").size(), 65536u);
+}
+
 TEST(Nodelist, ExpandFallsBackToTheParser) {
   // Without a SLURM controller, scontrol fails or is missing; the built-in parser answers.
   EXPECT_EQ(expand_nodelist("x[1-2]"), (std::vector<std::string>{"x1", "x2"}));

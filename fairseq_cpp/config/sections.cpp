@@ -287,6 +287,22 @@ void describe(ScoringConfig& c, Section& s) {
   s.add("resample_seed", &c.resample_seed, "seed of the resamples and trials, as sacreBLEU's SACREBLEU_SEED (numpy's default_rng)").at_least(0);
 }
 
+void describe(AverageConfig& c, Section& s) {
+  s.add("inputs", &c.inputs,
+        "checkpoints to average, or the directory that holds them with --num-epoch-checkpoints or "
+        "--num-update-checkpoints");
+  s.add("output", &c.output, "the averaged checkpoint to write");
+  s.add("num_epoch_checkpoints", &c.num_epoch_checkpoints,
+        "average the last N epoch checkpoints (checkpointEPOCH.pt) of the --inputs directory")
+      .at_least(0);
+  s.add("num_update_checkpoints", &c.num_update_checkpoints,
+        "average the last N update checkpoints (checkpoint_EPOCH_UPDATES.pt) of the --inputs directory")
+      .at_least(0);
+  s.add("checkpoint_upper_bound", &c.checkpoint_upper_bound,
+        "with --num-epoch-checkpoints (--num-update-checkpoints): the last epoch (update) to use")
+      .at_least(0);
+}
+
 std::vector<Section> describe(Config& cfg) {
   std::vector<Section> sections;
   sections.reserve(15);
@@ -320,6 +336,8 @@ std::vector<Section> describe(Config& cfg) {
   describe(cfg.interactive, sections.back());
   sections.emplace_back("scoring", "fairseq-score: hypothesis and reference files, metrics");
   describe(cfg.scoring, sections.back());
+  sections.emplace_back("average", "average_checkpoints.py: the checkpoints to average and the output");
+  describe(cfg.average, sections.back());
   return sections;
 }
 
@@ -385,6 +403,16 @@ void check_consistency(const Config& cfg, std::vector<std::string>& errors) {
   if (sc.sys.size() == 1 && (sc.paired_bs || sc.paired_ar)) {
     errors.push_back(std::string("`scoring.sys` must name a baseline and at least one system for `scoring.") +
                      (sc.paired_bs ? "paired_bs" : "paired_ar") + "`, but names 1 file instead.");
+  }
+  const AverageConfig& av = cfg.average;
+  if (av.num_epoch_checkpoints > 0 && av.num_update_checkpoints > 0) {
+    errors.push_back("`average.num_update_checkpoints` must be 0 when `average.num_epoch_checkpoints` is set "
+                     "(average epoch or update checkpoints, not both), but is " + str(av.num_update_checkpoints) +
+                     " instead.");
+  }
+  if (av.checkpoint_upper_bound && av.num_epoch_checkpoints == 0 && av.num_update_checkpoints == 0) {
+    errors.push_back("`average.checkpoint_upper_bound` needs `average.num_epoch_checkpoints` or "
+                     "`average.num_update_checkpoints`, but both are 0.");
   }
   if (cfg.dataset.shard_id >= cfg.dataset.num_shards) {
     errors.push_back("`dataset.shard_id` must be less than `dataset.num_shards` (" + str(cfg.dataset.num_shards) +

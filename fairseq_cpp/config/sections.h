@@ -300,6 +300,16 @@ struct ScoringConfig {
 };
 void describe(ScoringConfig& c, Section& s);
 
+// `average`: fairseq's scripts/average_checkpoints.py (fairseq-cpp-eval average).
+struct AverageConfig {
+  std::vector<std::string> inputs;       // checkpoint files, or one directory with the num_* keys
+  std::string output;                    // the averaged checkpoint
+  int64_t num_epoch_checkpoints = 0;     // the last N checkpointEPOCH.pt of the directory
+  int64_t num_update_checkpoints = 0;    // the last N checkpoint_EPOCH_UPDATES.pt of the directory
+  std::optional<int64_t> checkpoint_upper_bound;  // no epoch (or update) after this one
+};
+void describe(AverageConfig& c, Section& s);
+
 // The whole configuration; one member per YAML section, named as the section.
 struct Config {
   CommonConfig common;
@@ -317,6 +327,7 @@ struct Config {
   PreprocessConfig preprocess;
   InteractiveConfig interactive;
   ScoringConfig scoring;
+  AverageConfig average;
 };
 
 // Every section of `cfg`, bound to its members, in the order of Config's members.

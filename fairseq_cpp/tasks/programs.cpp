@@ -74,14 +74,17 @@ const config::ProgramSpec& eval_spec() {
   static const config::ProgramSpec spec{
       "fairseq-cpp-eval",
       "fairseq-cpp-eval validate DATA --path CHECKPOINT [--valid-subset valid] [--max-tokens N]\n"
-      "       fairseq-cpp-eval score --sys HYP --ref REF [REF ...] [--metric bleu,chrf,chrf++,ter]",
-      "Evaluate: the loss and perplexity of a checkpoint on a split (fairseq-validate), or sacreBLEU's\n"
-      "metrics of a hypothesis file (fairseq-score; also fairseq-cpp-score, which starts faster).",
-      {"common", "common_eval", "dataset", "task", "criterion", "scoring"},
+      "       fairseq-cpp-eval score --sys HYP --ref REF [REF ...] [--metric bleu,chrf,chrf++,ter]\n"
+      "       fairseq-cpp-eval average --inputs A.pt B.pt ... | --inputs DIR --num-epoch-checkpoints N --output OUT.pt",
+      "Evaluate: the loss and perplexity of a checkpoint on a split (fairseq-validate), sacreBLEU's metrics\n"
+      "of a hypothesis file (fairseq-score; also fairseq-cpp-score, which starts faster), or average\n"
+      "checkpoints into one (fairseq's scripts/average_checkpoints.py).",
+      {"common", "common_eval", "dataset", "task", "criterion", "scoring", "average"},
       "task.data",
       {},
       {{"validate", "loss/nll/perplexity of a checkpoint on a split"},
-       {"score", "BLEU, chrF, chrF++ and TER of a hypothesis file against references"}}};
+       {"score", "BLEU, chrF, chrF++ and TER of a hypothesis file against references"},
+       {"average", "average the parameters of several checkpoints into one (average_checkpoints.py)"}}};
   return spec;
 }
 

@@ -20,5 +20,7 @@ int eval_main(const Invocation& inv);
 int score_program_main(const Invocation& inv);
 // The scores of `cfg.scoring`'s files, printed as sacreBLEU prints them (fairseq-cpp-eval score too).
 int score_main(const config::Config& cfg);
+// Averages `cfg.average`'s checkpoints into its output (fairseq-cpp-eval average).
+int average_main(const config::Config& cfg);
 
 }  // namespace fairseq_cpp::tasks

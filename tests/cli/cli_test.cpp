@@ -119,7 +119,7 @@ TEST(Cli, BadOverridesAndFlags) {
             "numbers, but has the element \"fast\".\n");
   r = run({program("fairseq-cpp-eval"), "data-bin"});
   EXPECT_EQ(r.exit_code, 2);
-  EXPECT_NE(r.err.find("needs a subcommand: one of validate, score."), std::string::npos);
+  EXPECT_NE(r.err.find("needs a subcommand: one of validate, score, average."), std::string::npos);
 }
 
 TEST(Cli, MixedPrecisionIsRefusedNotIgnored) {

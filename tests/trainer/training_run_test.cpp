@@ -246,5 +246,62 @@ cp -a '{mnt}/run/.' '{out}/after/'
   EXPECT_NE(third.find("(12 updates)"), std::string::npos) << third;
 }
 
+TEST_F(TrainingRun, AveragedCheckpointsEqualAHandAverageInPythonAndLoad) {
+  // Update checkpoints at 2, 4, 6 and 8 updates; the upper bound 6 leaves 6, 4 and 2.
+  std::string dir = work_.path() + "/averaged";
+  auto r = train(config(dir, 1, 1, 8, "  save_interval_updates: 2"));
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  const std::string out = work_.path() + "/average.pt";
+  auto avg = run({program("fairseq-cpp-eval"), "average", "--inputs", dir, "--num-update-checkpoints", "3",
+                  "--checkpoint-upper-bound", "6", "--output", out});
+  ASSERT_EQ(avg.exit_code, 0) << avg.err;
+  EXPECT_NE(avg.err.find("averaging 3 checkpoints: checkpoint_1_6.pt, checkpoint_1_4.pt, checkpoint_1_2.pt"),
+            std::string::npos)
+      << avg.err;
+  // The reference: PyTorch in Python sums in float64 (integers in int64) and divides, entry by entry.
+  const char* script = R"py(
+import sys, torch
+out, paths = sys.argv[1], sys.argv[2:]
+models = [torch.load(p, map_location="cpu")["model"] for p in paths]
+averaged = torch.load(out, map_location="cpu")
+first = torch.load(paths[0], map_location="cpu")
+differ = [k for k, v in models[0].items() if not torch.equal(averaged["model"][k],
+          (sum(m[k].double() for m in models) / len(models)).to(v.dtype) if v.is_floating_point()
+          else torch.div(sum(m[k].long() for m in models), len(models), rounding_mode="floor").to(v.dtype))]
+moved = len([k for k, v in models[0].items() if not torch.equal(averaged["model"][k], v)]) > len(models[0]) // 2
+same_rest = averaged["cfg"] == first["cfg"] and averaged["extra_state"]["num_updates"] == first["extra_state"]["num_updates"]
+print(len(models[0]), "entries", len(differ), "differ", "moved", moved, "rest", same_rest, differ[:3])
+)py";
+  auto py = run({python_executable(), "-c", script, out, dir + "/checkpoint_1_6.pt", dir + "/checkpoint_1_4.pt",
+                 dir + "/checkpoint_1_2.pt"});
+  ASSERT_EQ(py.exit_code, 0) << py.err;
+  EXPECT_NE(py.out.find(" entries 0 differ "), std::string::npos) << py.out;
+  EXPECT_NE(py.out.find("moved True"), std::string::npos) << "most entries are the first checkpoint's: " << py.out;
+  EXPECT_NE(py.out.find("rest True"), std::string::npos) << py.out;
+  // Every program loads it: validation gives a loss.
+  auto valid = run({program("fairseq-cpp-eval"), "validate", corpus_->path() + "/bin", "--path", out,
+                    "--max-tokens", "500"});
+  EXPECT_EQ(valid.exit_code, 0) << valid.err;
+  EXPECT_NE((valid.out + valid.err).find("| loss "), std::string::npos) << valid.out << valid.err;
+  // One-line refusals (exit 2): too few, a directory without a count, checkpoints of two models.
+  auto few = run({program("fairseq-cpp-eval"), "average", "--inputs", dir, "--num-update-checkpoints", "5",
+                  "--output", out});
+  EXPECT_EQ(few.exit_code, 2);
+  EXPECT_NE(few.err.find(dir + " holds 4 update checkpoints (checkpoint_EPOCH_UPDATES.pt), but 5 are to be averaged"),
+            std::string::npos)
+      << few.err;
+  auto bare = run({program("fairseq-cpp-eval"), "average", "--inputs", dir, "--output", out});
+  EXPECT_EQ(bare.exit_code, 2);
+  EXPECT_NE(bare.err.find(dir + " is a directory: give --num-epoch-checkpoints N or --num-update-checkpoints N"),
+            std::string::npos)
+      << bare.err;
+  std::string other = work_.path() + "/other";
+  ASSERT_EQ(train(config(other, 1, 1, 1), {"model.encoder_layers=1"}).exit_code, 0);
+  auto mixed = run({program("fairseq-cpp-eval"), "average", "--inputs", dir + "/checkpoint_1_2.pt",
+                    other + "/checkpoint_last.pt", "--output", out});
+  EXPECT_EQ(mixed.exit_code, 2);
+  EXPECT_NE(mixed.err.find("only checkpoints of one model can be averaged"), std::string::npos) << mixed.err;
+}
+
 }  // namespace
 }  // namespace fairseq_cpp::testing

@@ -1,0 +1,105 @@
+#include "fairseq_cpp/checkpoint/average.h"
+
+#include <sys/mman.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <filesystem>
+#include <regex>
+#include <utility>
+
+#include <torch/torch.h>
+
+#include "fairseq_cpp/core/errors.h"
+
+namespace fairseq_cpp::checkpoint {
+namespace fs = std::filesystem;
+
+namespace {
+
+// Gives the pages under `t` back to the kernel. Only for tensors of a mapped checkpoint that were
+// read and never written: a mapped page is read from the file again when touched.
+void drop_pages(const at::Tensor& t) {
+  static const uintptr_t page = static_cast<uintptr_t>(::sysconf(_SC_PAGESIZE));
+  const auto begin = reinterpret_cast<uintptr_t>(t.storage().data_ptr().get());
+  const uintptr_t end = begin + t.storage().nbytes();
+  const uintptr_t first = (begin + page - 1) / page * page, last = end / page * page;  // whole pages inside
+  if (last > first) ::madvise(reinterpret_cast<void*>(first), last - first, MADV_DONTNEED);
+}
+
+std::string shape(const at::Tensor& t) { return c10::str(t.sizes()); }
+
+}  // namespace
+
+std::vector<std::string> last_checkpoints(const std::string& dir, Numbered kind, int64_t n,
+                                          std::optional<int64_t> upper_bound) {
+  std::error_code ec;
+  if (!fs::is_directory(dir, ec)) raise<UserError>("checkpoint directory {}: no such directory", dir);
+  const std::regex pattern(kind == Numbered::kEpoch ? R"(checkpoint(\d+)\.pt)" : R"(checkpoint_\d+_(\d+)\.pt)");
+  std::vector<std::pair<int64_t, std::string>> found;
+  for (const auto& entry : fs::directory_iterator(dir, ec)) {
+    std::smatch m;
+    const std::string name = entry.path().filename().string();
+    if (!std::regex_match(name, m, pattern) || m[1].length() > 18) continue;
+    const int64_t number = std::stoll(m[1]);
+    if (!upper_bound || number <= *upper_bound) found.emplace_back(number, entry.path().string());
+  }
+  const char* what = kind == Numbered::kEpoch ? "epoch checkpoints (checkpointEPOCH.pt)"
+                                              : "update checkpoints (checkpoint_EPOCH_UPDATES.pt)";
+  if (static_cast<int64_t>(found.size()) < n) {
+    raise<UserError>("{} holds {} {}{}, but {} are to be averaged", dir, found.size(), what,
+                     upper_bound ? fmt::format(" numbered at most {}", *upper_bound) : "", n);
+  }
+  std::sort(found.rbegin(), found.rend());
+  std::vector<std::string> paths;
+  for (int64_t i = 0; i < n; ++i) paths.push_back(found[static_cast<size_t>(i)].second);
+  return paths;
+}
+
+StateDict average_checkpoints(const std::vector<std::string>& paths) {
+  if (paths.empty()) raise<UserError>("no checkpoints to average");
+  StateDict first = load_file(paths[0], Reading::kMapped);
+  TensorDict first_model = model_entry(first, paths[0]);
+  // The sums, in the first checkpoint's order: float64, or int64 for integer entries.
+  std::vector<std::pair<std::string, at::Tensor>> sums;
+  for (const auto& item : first_model) {
+    const at::Tensor& p = item.value();
+    sums.emplace_back(item.key(), p.to(p.is_floating_point() ? at::kDouble : at::kLong, /*non_blocking=*/false,
+                                       /*copy=*/true));
+    drop_pages(p);
+  }
+  for (size_t i = 1; i < paths.size(); ++i) {
+    TensorDict model = model_entry(load_file(paths[i], Reading::kMapped), paths[i]);
+    if (model.size() != first_model.size()) {
+      raise<DataError>("{} has {} parameters, but {} has {}: only checkpoints of one model can be averaged", paths[i],
+                       model.size(), paths[0], first_model.size());
+    }
+    for (auto& [name, sum] : sums) {
+      if (!model.contains(name)) {
+        raise<DataError>("{} has no parameter `{}`, which {} has: only checkpoints of one model can be averaged",
+                         paths[i], name, paths[0]);
+      }
+      const at::Tensor p = model.at(name);
+      if (p.sizes() != sum.sizes()) {
+        raise<DataError>("{}: parameter `{}` has shape {}, but {} in {}", paths[i], name, shape(p), shape(sum),
+                         paths[0]);
+      }
+      sum.add_(p.to(sum.scalar_type()));
+      drop_pages(p);
+    }
+  }
+  TensorDict averaged;
+  const auto n = static_cast<int64_t>(paths.size());
+  for (auto& [name, sum] : sums) {
+    const at::ScalarType type = first_model.at(name).scalar_type();
+    at::Tensor mean = sum.is_floating_point() ? sum.div_(static_cast<double>(n)) : sum.div_(n, "floor");
+    averaged.insert(name, mean.to(type));
+    sum = at::Tensor();  // frees the float64 sum as its average is made
+  }
+  StateDict out = new_state_dict();
+  for (const auto& item : first) out.insert(item.key(), item.value());
+  out.insert_or_assign(kModelKey, averaged);
+  return out;
+}
+
+}  // namespace fairseq_cpp::checkpoint

@@ -88,6 +88,12 @@ CommandLine parse_command_line(const ProgramSpec& spec, const std::vector<std::s
         for (const auto& s : spec.switches) known.push_back(s.first);
         for (const char* builtin : {"help", "dump-config", "debug"}) known.emplace_back(builtin);
         std::string guess = nearest(name, known);
+        // `--beem 5`: when the flag meant takes a value, the next argument is that value, not a
+        // stray argument of its own to blame as well.
+        bool guess_is_switch = false, guess_is_list = false, guess_is_string = false;
+        if (!has_value && !guess.empty() && i + 1 < args.size() && args[i + 1].rfind("--", 0) != 0 &&
+            !key_for_flag(guess, &guess_is_switch, &guess_is_list, &guess_is_string).empty() && !guess_is_switch)
+          ++i;
         problems.push_back(
             guess.empty() ? fmt::format("{}: `--{}` is not a flag of {}; `--help` lists them.", origin, name, spec.name)
                           : fmt::format("{}: `--{}` is not a flag; did you mean `--{}`?", origin, name, guess));

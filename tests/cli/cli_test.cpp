@@ -112,6 +112,10 @@ TEST(Cli, BadOverridesAndFlags) {
                        "mean `--max-tokens`?"),
             std::string::npos)
       << r.err;
+  // A misspelt flag with its value: one line, the flag and its nearest name, not the value too.
+  r = run({program("fairseq-cpp-generate"), "data-bin", "--path", "x.pt", "--beem", "5"});
+  EXPECT_EQ(r.exit_code, 2);
+  EXPECT_EQ(r.err, "fairseq-cpp-generate: error: argument 4 `--beem`: `--beem` is not a flag; did you mean `--beam`?\n");
   r = run({program("fairseq-cpp-train"), "optimization.lr=fast"});
   EXPECT_EQ(r.exit_code, 2);
   EXPECT_EQ(r.err,

@@ -108,14 +108,27 @@ TEST(CommandLine, HelpNeedsNothingElse) {
 }
 
 TEST(CommandLine, EveryBadArgumentIsReported) {
+  // The misspelt flag's value goes with it: `5` is not blamed as a stray argument of its own.
   auto problems = problems_of(spec_with(), {"a.yaml", "b.yml", "--max-token", "5", "stray", "--seed"});
-  ASSERT_EQ(problems.size(), 5u);
+  ASSERT_EQ(problems.size(), 4u);
   EXPECT_EQ(problems[0],
             "argument 2 `b.yml`: a second config file; `a.yaml` was given already (use overrides instead).");
   EXPECT_EQ(problems[1], "argument 3 `--max-token`: `--max-token` is not a flag; did you mean `--max-tokens`?");
-  EXPECT_EQ(problems[2], "argument 4 `5`: unexpected argument; expected prog [CONFIG.yaml].");
-  EXPECT_EQ(problems[3], "argument 5 `stray`: unexpected argument; expected prog [CONFIG.yaml].");
-  EXPECT_EQ(problems[4], "argument 6 `--seed`: `--seed` needs a value (it sets `common.seed`).");
+  EXPECT_EQ(problems[2], "argument 5 `stray`: unexpected argument; expected prog [CONFIG.yaml].");
+  EXPECT_EQ(problems[3], "argument 6 `--seed`: `--seed` needs a value (it sets `common.seed`).");
+}
+
+TEST(CommandLine, AMisspeltSwitchLeavesTheNextArgumentAlone) {
+  // `--no-progres-bar` means the switch `--no-progress-bar`, which takes no value: `stray` is blamed.
+  auto problems = problems_of(spec_with(), {"--no-progres-bar", "stray"});
+  ASSERT_EQ(problems.size(), 2u);
+  EXPECT_EQ(problems[0], "argument 1 `--no-progres-bar`: `--no-progres-bar` is not a flag; did you mean "
+                         "`--no-progress-bar`?");
+  EXPECT_EQ(problems[1], "argument 2 `stray`: unexpected argument; expected prog [CONFIG.yaml].");
+  // A flag with no near name says nothing of the next argument's meaning either.
+  auto far = problems_of(spec_with(), {"--zzzzzzzzzzzz", "5"});
+  ASSERT_EQ(far.size(), 2u);
+  EXPECT_EQ(far[1], "argument 2 `5`: unexpected argument; expected prog [CONFIG.yaml].");
 }
 
 TEST(CommandLine, SwitchTakesNoValueAndSubcommandIsRequired) {

@@ -42,47 +42,24 @@ bool alive(int pid) {
 
 class Faults : public TrainingFixture {
  protected:
-  // transformer_tiny with dropout on Multi30k en-de, one intra-op thread per worker.
-  std::string multi30k(const std::string& save_dir, int world, const std::string& extra_checkpoint) {
-    std::string yaml = fmt::format(R"(task:
-  data: {data}
-  source_lang: en
-  target_lang: de
-model:
-  arch: transformer_tiny
-  dropout: 0.1
-  share_decoder_input_output_embed: true
-criterion:
-  _name: label_smoothed_cross_entropy
-  label_smoothing: 0.1
-optimizer:
-  _name: adam
-  adam_betas: (0.9, 0.98)
-lr_scheduler:
-  _name: inverse_sqrt
-  warmup_updates: 20
-optimization:
-  lr: 0.001
-  max_update: 100000
-  clip_norm: 1.0
-dataset:
-  max_tokens: 600
-  disable_validation: true
-common:
-  seed: 7
-  cpu_threads: 1
-  log_interval: 10
-distributed_training:
-  distributed_world_size: {world}
-  timeout: {timeout}
-checkpoint:
-  save_dir: {save_dir}
-{extra}
-)",
-                                   fmt::arg("data", source_dir() + "/../shared/fixtures/fairseq-v0.9/data-bin"),
-                                   fmt::arg("world", world), fmt::arg("timeout", kTimeout),
-                                   fmt::arg("save_dir", save_dir), fmt::arg("extra", extra_checkpoint));
-    return work_.write(fmt::format("multi30k-{}.yaml", counter_++), yaml);
+  // The fairseq-cpp-train command of the fixture's config (transformer_tiny, one intra-op thread
+  // per worker) with dropout, moved to Multi30k en-de, then `more` overrides.
+  std::vector<std::string> multi30k(const std::string& save_dir, int world, const std::string& extra_checkpoint,
+                                    const std::vector<std::string>& more = {}) {
+    std::vector<std::string> argv{
+        program("fairseq-cpp-train"),
+        config(save_dir, world, 1, 100000, extra_checkpoint, 0.1),
+        "task.data=" + source_dir() + "/../shared/fixtures/fairseq-v0.9/data-bin",
+        "task.source_lang=en",
+        "task.target_lang=de",
+        "model.share_all_embeddings=false",
+        "model.share_decoder_input_output_embed=true",
+        "dataset.max_tokens=600",
+        "dataset.disable_validation=true",
+        "common.log_interval=10",
+        fmt::format("distributed_training.timeout={}", kTimeout)};
+    argv.insert(argv.end(), more.begin(), more.end());
+    return argv;
   }
 
   // Kills the run and its workers with SIGKILL, and waits until all are gone (at most the run's
@@ -134,8 +111,9 @@ TEST_F(Faults, TwentyKillsInsideASaveAlwaysLeaveACompleteLastCheckpoint) {
   // kills the process; a trial counts when the unfinished file is still there (the save did not
   // reach its rename). After every kill checkpoint_last.pt loads (every CRC and the digest).
   std::string dir = work_.path() + "/killed_in_save";
-  std::string cfg = multi30k(dir, 1, "  save_interval_updates: 1\n  keep_interval_updates: 1");
-  auto first = train(cfg, {"optimization.max_update=1"});
+  const std::string extra = "  save_interval_updates: 1\n  keep_interval_updates: 1";
+  const std::vector<std::string> command = multi30k(dir, 1, extra);
+  auto first = run(multi30k(dir, 1, extra, {"optimization.max_update=1"}));
   ASSERT_EQ(first.exit_code, 0) << first.err;
   int watch = inotify_init1(IN_CLOEXEC | IN_NONBLOCK);
   ASSERT_GE(watch, 0);
@@ -145,7 +123,7 @@ TEST_F(Faults, TwentyKillsInsideASaveAlwaysLeaveACompleteLastCheckpoint) {
   int inside = 0, trials = 0;
   while (inside < 20 && trials < 60) {
     ++trials;
-    BackgroundProcess job({program("fairseq-cpp-train"), cfg});
+    BackgroundProcess job(command);
     ASSERT_TRUE(wait_for_creation(watch, ".checkpoint_last.pt.tmp.", 60)) << job.err();
     std::this_thread::sleep_for(std::chrono::microseconds(rng() % 40000));
     std::vector<int> victims = children_of(job.pid());
@@ -163,7 +141,7 @@ TEST_F(Faults, TwentyKillsInsideASaveAlwaysLeaveACompleteLastCheckpoint) {
   EXPECT_EQ(inside, 20) << "only " << inside << " of " << trials << " kills landed inside a save";
   // The same command removes what the last killed save left, resumes and ends.
   ASSERT_FALSE(unfinished_files(dir).empty());
-  auto last = train(cfg, {fmt::format("optimization.max_update={}", saved + 2)});
+  auto last = run(multi30k(dir, 1, extra, {fmt::format("optimization.max_update={}", saved + 2)}));
   EXPECT_EQ(last.exit_code, 0) << last.err;
   EXPECT_NE(last.err.find("removed 1 unfinished checkpoint file(s) of an interrupted save"), std::string::npos)
       << last.err;
@@ -181,12 +159,11 @@ TEST_F(Faults, RandomKillsOfARankOrTheLauncherEndWithTheParametersOfAnUninterrup
   const int max_update = 30 + 12 * kills;
   const std::string extra = "  save_interval_updates: 3\n  keep_interval_updates: 1";
   std::string straight = work_.path() + "/straight", soaked = work_.path() + "/soaked";
-  auto reference = train(multi30k(straight, 2, extra), {fmt::format("optimization.max_update={}", max_update)});
+  auto reference = run(multi30k(straight, 2, extra, {fmt::format("optimization.max_update={}", max_update)}));
   ASSERT_EQ(reference.exit_code, 0) << reference.err;
 
-  std::string cfg = multi30k(soaked, 2, extra);
-  const std::vector<std::string> command{program("fairseq-cpp-train"), cfg,
-                                         fmt::format("optimization.max_update={}", max_update)};
+  const std::vector<std::string> command =
+      multi30k(soaked, 2, extra, {fmt::format("optimization.max_update={}", max_update)});
   fmt::print("\nsoak: {} kills, {} updates, 2 workers, Multi30k, transformer_tiny with dropout\n", kills, max_update);
   fmt::print("{:>5}  {:<9} {:>9}  {:>16}  {:>9}  {}\n", "trial", "killed", "after (s)", "checkpoint after",
              "stop (s)", "outcome");

@@ -6,6 +6,7 @@
 #include <algorithm>
 #include <filesystem>
 #include <regex>
+#include <set>
 #include <utility>
 
 #include <torch/torch.h>
@@ -51,6 +52,56 @@ std::vector<std::string> last_checkpoints(const std::string& dir, Numbered kind,
                      upper_bound ? fmt::format(" numbered at most {}", *upper_bound) : "", n);
   }
   std::sort(found.rbegin(), found.rend());
+  std::vector<std::string> paths;
+  for (int64_t i = 0; i < n; ++i) paths.push_back(found[static_cast<size_t>(i)].second);
+  return paths;
+}
+
+std::vector<std::pair<double, std::string>> best_checkpoints(const std::string& dir, const std::string& metric,
+                                                             const std::string& suffix, bool maximize) {
+  auto escaped = [](const std::string& text) {
+    return std::regex_replace(text, std::regex(R"([.^$|()\[\]{}*+?\\])"), R"(\$&)");
+  };
+  const std::regex pattern(R"(checkpoint\.best_)" + escaped(metric) + R"(_(\d+\.?\d*))" + escaped(suffix) + R"(\.pt)");
+  std::vector<std::pair<double, std::string>> found;
+  std::error_code ec;
+  for (const auto& entry : fs::directory_iterator(dir, ec)) {
+    std::smatch m;
+    const std::string name = entry.path().filename().string();
+    if (std::regex_match(name, m, pattern)) found.emplace_back(std::stod(m[1]), entry.path().string());
+  }
+  std::sort(found.begin(), found.end());
+  if (maximize) std::reverse(found.begin(), found.end());
+  return found;
+}
+
+std::vector<std::string> best_n_checkpoints(const std::string& dir, int64_t n) {
+  std::error_code ec;
+  if (!fs::is_directory(dir, ec)) raise<UserError>("checkpoint directory {}: no such directory", dir);
+  const std::regex pattern(R"(checkpoint\.best_([A-Za-z_]+)_\d+\.?\d*\.pt)");
+  std::set<std::string> metrics;
+  std::string example;
+  for (const auto& entry : fs::directory_iterator(dir, ec)) {
+    std::smatch m;
+    const std::string name = entry.path().filename().string();
+    if (std::regex_match(name, m, pattern)) {
+      metrics.insert(m[1]);
+      example = entry.path().string();
+    }
+  }
+  if (metrics.size() > 1) {
+    std::string names;
+    for (const auto& m : metrics) names += (names.empty() ? "" : ", ") + m;
+    raise<UserError>("{} holds the best checkpoints of several metrics ({}): give the files with --inputs", dir, names);
+  }
+  if (metrics.empty())
+    raise<UserError>("{} holds no checkpoint.best_<metric>_<value>.pt files (saved with "
+                     "checkpoint.keep_best_checkpoints), but {} are to be averaged", dir, n);
+  const bool maximize = config_entry(load_file(example, Reading::kMapped), example).checkpoint.maximize_best_checkpoint_metric;
+  auto found = best_checkpoints(dir, *metrics.begin(), "", maximize);
+  if (static_cast<int64_t>(found.size()) < n)
+    raise<UserError>("{} holds {} best checkpoints (checkpoint.best_{}_VALUE.pt), but {} are to be averaged", dir,
+                     found.size(), *metrics.begin(), n);
   std::vector<std::string> paths;
   for (int64_t i = 0; i < n; ++i) paths.push_back(found[static_cast<size_t>(i)].second);
   return paths;

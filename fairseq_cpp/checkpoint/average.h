@@ -11,6 +11,7 @@
 
 #include <optional>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "fairseq_cpp/checkpoint/checkpoint.h"
@@ -27,6 +28,16 @@ enum class Numbered {
 // it holds fewer than `n`.
 std::vector<std::string> last_checkpoints(const std::string& dir, Numbered kind, int64_t n,
                                           std::optional<int64_t> upper_bound);
+
+// fairseq's keep_best_checkpoints files of `dir`, checkpoint.best_<metric>_<value><suffix>.pt, with
+// their values, best first (the largest value first when `maximize`).
+std::vector<std::pair<double, std::string>> best_checkpoints(const std::string& dir, const std::string& metric,
+                                                             const std::string& suffix, bool maximize);
+
+// The `n` best of the checkpoint.best_<metric>_<value>.pt files of `dir` (one metric; better as
+// the files' stored config says, checkpoint.maximize_best_checkpoint_metric). Throws UserError
+// naming the directory when it holds fewer than `n`, or files of several metrics.
+std::vector<std::string> best_n_checkpoints(const std::string& dir, int64_t n);
 
 // The first checkpoint with its "model" replaced by the element-wise mean over `paths`
 // (floating-point entries in float64 then cast back, integer ones floor-divided). Throws DataError

@@ -47,6 +47,14 @@ std::string yaml_flow_list(const std::vector<std::string>& values) {
   return out + "]";
 }
 
+// fairseq flags that fairseq-cpp will not take, with the reason; empty for any other flag.
+std::string outside_scope(const std::string& flag) {
+  if (flag == "user-dir")
+    return "its plugins are Python modules, and fairseq-cpp loads no Python; the models, tasks and criteria it "
+           "has are built in (`--help` lists them)";
+  return "";
+}
+
 template <typename Named>
 bool has_name(const std::vector<Named>& items, const std::string& name) {
   return std::any_of(items.begin(), items.end(), [&](const auto& item) { return item.first == name; });
@@ -81,8 +89,14 @@ CommandLine parse_command_line(const ProgramSpec& spec, const std::vector<std::s
         cl.switches.insert(name);
         continue;
       }
+      if (auto reason = outside_scope(name); !reason.empty()) {
+        if (!has_value && i + 1 < args.size() && args[i + 1].rfind("--", 0) != 0) ++i;  // its value goes with it
+        problems.push_back(fmt::format("{}: fairseq's `--{}` is outside fairseq-cpp: {}.", origin, name, reason));
+        continue;
+      }
       bool is_switch = false, is_list = false, is_string = false;
-      std::string key = key_for_flag(name, &is_switch, &is_list, &is_string);
+      std::optional<std::string> bare;
+      std::string key = key_for_flag(name, &is_switch, &is_list, &is_string, &bare);
       if (key.empty()) {
         std::vector<std::string> known = all_flags();
         for (const auto& s : spec.switches) known.push_back(s.first);
@@ -102,6 +116,8 @@ CommandLine parse_command_line(const ProgramSpec& spec, const std::vector<std::s
       if (!has_value) {
         if (is_switch) {
           value = "true";
+        } else if (bare && (i + 1 == args.size() || args[i + 1].rfind("--", 0) == 0)) {
+          value = *bare;  // `--remove-bpe` alone, as argparse's nargs='?'
         } else if (i + 1 < args.size()) {
           value = args[++i];
           // A list flag takes the values up to the next flag, assignment or config file, as

@@ -399,6 +399,70 @@ std::string rule_text(const Field& f) {
   return out;
 }
 
+// A JSON object of option names and values (`task.eval_bleu_args`): each name must be a field of
+// `section`, and its value that field's type.
+void apply_json_object(const std::string& key, const std::string& json, const Section& section, Problems& problems) {
+  YAML::Node root;
+  try {
+    root = YAML::Load(json);  // JSON is YAML's flow style
+  } catch (const YAML::Exception& e) {
+    problems.push_back(fmt::format("`{}` is not a valid JSON object: {} in {}.", key, e.msg, json));
+    return;
+  }
+  if (root.IsNull()) return;
+  if (!root.IsMap()) {
+    problems.push_back(fmt::format("`{}` must be a JSON object of {} options, but is {} instead.", key, section.name(),
+                                   describe_node(root)));
+    return;
+  }
+  for (const auto& entry : root) {
+    std::string name = entry.first.IsScalar() ? entry.first.Scalar() : describe_node(entry.first);
+    const Field* field = section.find(name);
+    if (field == nullptr) {
+      std::vector<std::string> names;
+      for (const auto& f : section.fields()) names.push_back(f.name);
+      std::string guess = nearest(name, names);
+      problems.push_back(fmt::format("`{}` names `{}`, which is not a {} option{}", key, name, section.name(),
+                                     guess.empty() ? "." : fmt::format("; did you mean `{}`?", guess)));
+      continue;
+    }
+    if (auto problem = assign(*field, entry.second); !problem.empty())
+      problems.push_back(fmt::format("`{}`: `{}` {}", key, name, problem));
+  }
+}
+
+// The detokenizer options fairseq's Moses tokenizer takes in `task.eval_bleu_detok_args`.
+struct DetokOptions {
+  std::string source_lang = "en";
+  std::string target_lang = "en";
+  bool moses_no_dash_splits = false;
+  bool moses_no_escape = false;
+};
+Section detok_section(DetokOptions& o) {
+  Section s("eval_bleu_detok_args", "");
+  s.add("source_lang", &o.source_lang, "");
+  s.add("target_lang", &o.target_lang, "the language whose rules detokenize");
+  s.add("moses_no_dash_splits", &o.moses_no_dash_splits, "");
+  s.add("moses_no_escape", &o.moses_no_escape, "");
+  return s;
+}
+
+// Every key that a fairseq-cpp feature does not implement yet, set to anything but its default.
+void check_refusals(std::vector<Section>& sections, Problems& problems) {
+  Config defaults;
+  std::vector<Section> default_sections = describe(defaults);
+  for (size_t s = 0; s < sections.size(); ++s) {
+    for (size_t f = 0; f < sections[s].fields().size(); ++f) {
+      const Field& field = sections[s].fields()[f];
+      if (field.refusal.empty()) continue;
+      std::string value = value_text(field), default_value = value_text(default_sections[s].fields()[f]);
+      if (value != default_value)
+        problems.push_back(fmt::format("`{}.{}` is {}, but {}; leave it at {}.", sections[s].name(), field.name, value,
+                                       field.refusal, default_value));
+    }
+  }
+}
+
 }  // namespace
 
 std::string nearest(const std::string& word, const std::vector<std::string>& candidates) {
@@ -421,9 +485,34 @@ Config load_config(const std::string& path, const std::vector<Assignment>& assig
   Problems problems;
   if (!path.empty()) apply_file(path, sections, problems);
   for (const auto& a : assignments) apply_assignment(a, sections, problems);
+  check_refusals(sections, problems);
   check_consistency(cfg, problems);
+  GenerationConfig bleu_generation;
+  Section generation("generation", "");
+  describe(bleu_generation, generation);
+  apply_json_object("task.eval_bleu_args", cfg.task.eval_bleu_args, generation, problems);
+  DetokOptions detok;
+  apply_json_object("task.eval_bleu_detok_args", cfg.task.eval_bleu_detok_args, detok_section(detok), problems);
   if (!problems.empty()) throw ConfigError(std::move(problems));
   return cfg;
+}
+
+GenerationConfig eval_bleu_generation(const std::string& eval_bleu_args) {
+  GenerationConfig out;
+  Section section("generation", "");
+  describe(out, section);
+  Problems problems;
+  apply_json_object("task.eval_bleu_args", eval_bleu_args, section, problems);
+  if (!problems.empty()) throw ConfigError(std::move(problems));
+  return out;
+}
+
+std::string eval_bleu_detok_language(const std::string& eval_bleu_detok_args) {
+  DetokOptions detok;
+  Problems problems;
+  apply_json_object("task.eval_bleu_detok_args", eval_bleu_detok_args, detok_section(detok), problems);
+  if (!problems.empty()) throw ConfigError(std::move(problems));
+  return detok.target_lang;
 }
 
 std::string dump_config(const Config& config) {
@@ -452,6 +541,8 @@ std::string describe_keys(const std::vector<std::string>& wanted) {
     for (const auto& f : section.fields()) {
       std::string key = fmt::format("{}.{} (--{})", section.name(), f.name, f.flag_name());
       std::string rules = rule_text(f);
+      if (!f.refusal.empty()) rules += (rules.empty() ? "" : " ") + ("[not implemented: " + f.refusal + "]");
+      if (!f.no_effect.empty()) rules += (rules.empty() ? "" : " ") + ("[" + f.no_effect + "]");
       out += fmt::format("  {:<{}} {:<11} {:<12} {}{}{}\n", key, width, f.type_name(), value_text(f), f.help,
                          rules.empty() ? "" : "  ", rules);
     }
@@ -459,7 +550,8 @@ std::string describe_keys(const std::vector<std::string>& wanted) {
   return out;
 }
 
-std::string key_for_flag(const std::string& flag, bool* is_switch, bool* is_list, bool* is_string) {
+std::string key_for_flag(const std::string& flag, bool* is_switch, bool* is_list, bool* is_string,
+                         std::optional<std::string>* bare) {
   Config defaults;
   for (const auto& section : describe(defaults)) {
     for (const auto& f : section.fields()) {
@@ -471,6 +563,7 @@ std::string key_for_flag(const std::string& flag, bool* is_switch, bool* is_list
         match = match || (alias.front() != '_' && alias_flag == flag);
       }
       if (!match) continue;
+      if (bare != nullptr) *bare = f.bare;
       if (is_switch != nullptr)
         *is_switch = std::holds_alternative<bool*>(f.ref) || std::holds_alternative<std::optional<bool>*>(f.ref);
       if (is_string != nullptr)

@@ -33,6 +33,9 @@ struct Field {
   std::vector<std::string> choices;           // allowed strings (every element of a string list); empty = any
   std::vector<std::string> aliases;           // other accepted spellings (e.g. fairseq's older names)
   std::string flag;                           // command-line flag without dashes; empty = the name with '_' -> '-'
+  std::optional<std::string> bare;            // the value of the flag given alone (argparse's nargs='?' const)
+  std::string refusal;                        // not implemented yet: any value but the default is an error, why
+  std::string no_effect;                      // accepted, and every value behaves alike here: why
 
   Field& at_least(double v) {
     lower = v;
@@ -59,6 +62,23 @@ struct Field {
   }
   Field& with_flag(std::string name) {
     flag = std::move(name);
+    return *this;
+  }
+  // `--remove-bpe` alone means "@@ ", as fairseq's `nargs='?', const='@@ '`.
+  Field& when_bare(std::string value) {
+    bare = std::move(value);
+    return *this;
+  }
+  // A fairseq key that fairseq-cpp does not implement yet: setting it is a one-line error that
+  // says `reason`, never a run that silently ignores it.
+  Field& not_yet(std::string reason) {
+    refusal = std::move(reason);
+    return *this;
+  }
+  // A fairseq key whose values all give the same result here (e.g. the DDP implementation, where
+  // every choice averages the same gradients): accepted so that recipes run, with `reason` in --help.
+  Field& same_for_every_value(std::string reason) {
+    no_effect = std::move(reason);
     return *this;
   }
 

@@ -15,23 +15,37 @@ void describe(CommonConfig& c, Section& s) {
   s.add("cpu", &c.cpu, "use the CPU even where CUDA is available");
   s.add("cpu_threads", &c.cpu_threads, "intra-op CPU threads (0 = cores of this process / local processes)")
       .at_least(0);
-  s.add("fp16", &c.fp16, "mixed precision training with float16 and a dynamic loss scaler");
-  s.add("bf16", &c.bf16, "mixed precision training with bfloat16");
-  s.add("fp16_init_scale", &c.fp16_init_scale, "initial fp16 loss scale").greater_than(0);
+  const std::string no_mixed_precision = "mixed precision is not implemented yet: fairseq-cpp trains in float32";
+  s.add("fp16", &c.fp16, "mixed precision training with float16 and a dynamic loss scaler").not_yet(no_mixed_precision);
+  s.add("bf16", &c.bf16, "mixed precision training with bfloat16").not_yet(no_mixed_precision);
+  s.add("memory_efficient_fp16", &c.memory_efficient_fp16, "fp16 without an fp32 copy of the weights")
+      .not_yet(no_mixed_precision);
+  s.add("memory_efficient_bf16", &c.memory_efficient_bf16, "bf16 without an fp32 copy of the weights")
+      .not_yet(no_mixed_precision);
+  s.add("tensorboard_logdir", &c.tensorboard_logdir,
+        "also write the train and valid stats as TensorBoard scalars in DIR/<tag> (empty = off)");
+  s.add("fp16_init_scale", &c.fp16_init_scale, "initial fp16 loss scale").greater_than(0).not_yet(no_mixed_precision);
   s.add("fp16_scale_window", &c.fp16_scale_window,
         "updates without overflow before the loss scale doubles (unset = 2^14/ranks/update_freq)")
-      .greater_than(0);
+      .greater_than(0)
+      .not_yet(no_mixed_precision);
   s.add("fp16_scale_tolerance", &c.fp16_scale_tolerance,
         "fraction of overflowing updates tolerated before lowering the loss scale")
-      .in_range(0, 1);
-  s.add("min_loss_scale", &c.min_loss_scale, "stop training when the fp16 loss scale falls below this").at_least(0);
-  s.add("threshold_loss_scale", &c.threshold_loss_scale, "never lower the fp16 loss scale below this").greater_than(0);
+      .in_range(0, 1)
+      .not_yet(no_mixed_precision);
+  s.add("min_loss_scale", &c.min_loss_scale, "stop training when the fp16 loss scale falls below this")
+      .at_least(0)
+      .not_yet(no_mixed_precision);
+  s.add("threshold_loss_scale", &c.threshold_loss_scale, "never lower the fp16 loss scale below this")
+      .greater_than(0)
+      .not_yet(no_mixed_precision);
 }
 
 void describe(CommonEvalConfig& c, Section& s) {
   s.add("path", &c.path, "checkpoint file to load");
   s.add("post_process", &c.post_process, "remove BPE from output: sentencepiece, subword_nmt or a symbol")
-      .alias("remove_bpe");
+      .alias("remove_bpe")
+      .when_bare("subword_nmt");
   s.add("quiet", &c.quiet, "print only the final scores");
   s.add("results_path", &c.results_path, "write generations to a file in this directory (empty = stdout)");
 }
@@ -52,6 +66,10 @@ void describe(DistributedTrainingConfig& c, Section& s) {
   s.add("timeout", &c.timeout, "collective and rendezvous timeout in seconds").greater_than(0);
   s.add("check_interval", &c.check_interval, "updates between cross-rank parameter checksum checks (0 = off)")
       .at_least(0);
+  s.add("ddp_backend", &c.ddp_backend, "fairseq's DistributedDataParallel implementation")
+      .one_of({"c10d", "pytorch_ddp", "no_c10d", "legacy_ddp"})
+      .same_for_every_value(
+          "every choice averages the same gradients here: fairseq-cpp all-reduces its own gradient buckets");
 }
 
 void describe(DatasetConfig& c, Section& s) {
@@ -92,8 +110,14 @@ void describe(TaskConfig& c, Section& s) {
   s.add("max_target_positions", &c.max_target_positions, "maximum target length in tokens").greater_than(0);
   s.add("truncate_source", &c.truncate_source, "truncate sources to max_source_positions");
   s.add("eval_bleu", &c.eval_bleu, "compute BLEU during validation");
-  s.add("eval_bleu_detok", &c.eval_bleu_detok, "detokenizer to apply before BLEU ('space' = none)");
-  s.add("eval_bleu_remove_bpe", &c.eval_bleu_remove_bpe, "remove this BPE before BLEU (empty = none)");
+  s.add("eval_bleu_detok", &c.eval_bleu_detok, "detokenizer to apply before BLEU ('space' = none)")
+      .one_of({"space", "moses"});
+  s.add("eval_bleu_detok_args", &c.eval_bleu_detok_args, "JSON options of the detokenizer, e.g. {\"target_lang\": \"de\"}");
+  s.add("eval_bleu_remove_bpe", &c.eval_bleu_remove_bpe,
+        "remove this BPE before BLEU: sentencepiece, subword_nmt or a symbol (alone: '@@ '; empty = none)")
+      .when_bare("@@ ");
+  s.add("eval_bleu_args", &c.eval_bleu_args,
+        "JSON generation options of the BLEU search, e.g. {\"beam\": 5, \"max_len_a\": 1.2, \"max_len_b\": 10}");
   s.add("eval_bleu_print_samples", &c.eval_bleu_print_samples, "log sample generations during validation");
   s.add("eval_tokenized_bleu", &c.eval_tokenized_bleu, "compute tokenized BLEU instead of sacrebleu");
 }
@@ -213,7 +237,8 @@ void describe(GenerationConfig& c, Section& s) {
   s.add("max_len_a", &c.max_len_a, "maximum output length is a * source length + b").at_least(0);
   s.add("max_len_b", &c.max_len_b, "maximum output length is a * source length + b").at_least(0);
   s.add("min_len", &c.min_len, "minimum output length").at_least(0);
-  s.add("match_source_len", &c.match_source_len, "outputs must have the source length");
+  s.add("match_source_len", &c.match_source_len, "outputs must have the source length")
+      .not_yet("fairseq-cpp's beam search does not force output lengths yet");
   s.add("unnormalized", &c.unnormalized, "compare unnormalized hypothesis scores");
   s.add("lenpen", &c.lenpen, "length penalty: < 1 favours shorter, > 1 longer outputs");
   s.add("unkpen", &c.unkpen, "unknown word penalty: < 0 gives more unks, > 0 fewer");
@@ -297,6 +322,10 @@ void describe(AverageConfig& c, Section& s) {
       .at_least(0);
   s.add("num_update_checkpoints", &c.num_update_checkpoints,
         "average the last N update checkpoints (checkpoint_EPOCH_UPDATES.pt) of the --inputs directory")
+      .at_least(0);
+  s.add("num_best_checkpoints", &c.num_best_checkpoints,
+        "average the N best checkpoints (checkpoint.best_METRIC_VALUE.pt, kept by checkpoint.keep_best_checkpoints) "
+        "of the --inputs directory")
       .at_least(0);
   s.add("checkpoint_upper_bound", &c.checkpoint_upper_bound,
         "with --num-epoch-checkpoints (--num-update-checkpoints): the last epoch (update) to use")
@@ -409,6 +438,11 @@ void check_consistency(const Config& cfg, std::vector<std::string>& errors) {
     errors.push_back("`average.num_update_checkpoints` must be 0 when `average.num_epoch_checkpoints` is set "
                      "(average epoch or update checkpoints, not both), but is " + str(av.num_update_checkpoints) +
                      " instead.");
+  }
+  if (av.num_best_checkpoints > 0 && (av.num_epoch_checkpoints > 0 || av.num_update_checkpoints > 0)) {
+    errors.push_back("`average.num_best_checkpoints` must be 0 when `average.num_epoch_checkpoints` or "
+                     "`average.num_update_checkpoints` is set (one way to choose the files), but is " +
+                     str(av.num_best_checkpoints) + " instead.");
   }
   if (av.checkpoint_upper_bound && av.num_epoch_checkpoints == 0 && av.num_update_checkpoints == 0) {
     errors.push_back("`average.checkpoint_upper_bound` needs `average.num_epoch_checkpoints` or "

@@ -29,6 +29,9 @@ struct CommonConfig {
   int64_t cpu_threads = 0;       // intra-op threads; 0 = cores of this process / local processes
   bool fp16 = false;             // mixed precision with float16 and a dynamic loss scaler
   bool bf16 = false;             // mixed precision with bfloat16
+  bool memory_efficient_fp16 = false;  // fp16 without an fp32 copy of the weights
+  bool memory_efficient_bf16 = false;  // bf16 without an fp32 copy of the weights
+  std::string tensorboard_logdir;      // also write the logged stats as TensorBoard scalars here; empty = off
 
   // fp16's dynamic loss scaler (fairseq's DynamicLossScaler).
   int64_t fp16_init_scale = 128;               // initial loss scale (fairseq: 2^7)
@@ -62,6 +65,7 @@ struct DistributedTrainingConfig {
   int64_t bucket_cap_mb = 25;           // gradient all-reduce bucket size, in MiB
   double timeout = 1800.0;              // collective and rendezvous timeout, in seconds
   int64_t check_interval = 100;         // updates between cross-rank parameter checksum checks; 0 = off
+  std::string ddp_backend = "pytorch_ddp";  // fairseq's DDP implementation; all average the same gradients here
 };
 void describe(DistributedTrainingConfig& c, Section& s);
 
@@ -105,6 +109,8 @@ struct TaskConfig {
   std::string eval_bleu_remove_bpe;       // remove this BPE before BLEU ("@@ ", "sentencepiece"); "" = none
   bool eval_bleu_print_samples = false;   // log sample generations during validation
   bool eval_tokenized_bleu = false;       // BLEU on the text as is (sacrebleu tokenize=none), not 13a
+  std::string eval_bleu_args = "{}";      // JSON generation options of the BLEU search, e.g. {"beam": 5}
+  std::string eval_bleu_detok_args = "{}";  // JSON options of the detokenizer: {"target_lang": "de"}
 };
 void describe(TaskConfig& c, Section& s);
 
@@ -306,6 +312,7 @@ struct AverageConfig {
   std::string output;                    // the averaged checkpoint
   int64_t num_epoch_checkpoints = 0;     // the last N checkpointEPOCH.pt of the directory
   int64_t num_update_checkpoints = 0;    // the last N checkpoint_EPOCH_UPDATES.pt of the directory
+  int64_t num_best_checkpoints = 0;      // the N best checkpoint.best_METRIC_VALUE.pt of the directory
   std::optional<int64_t> checkpoint_upper_bound;  // no epoch (or update) after this one
 };
 void describe(AverageConfig& c, Section& s);

@@ -7,6 +7,7 @@
 
 #include "fairseq_cpp/core/errors.h"
 #include "fairseq_cpp/core/logging.h"
+#include "fairseq_cpp/core/tensorboard.h"
 
 namespace fairseq_cpp::core {
 
@@ -178,9 +179,39 @@ class TqdmBar : public BaseBar {
   bool drawn_ = false;
 };
 
-}  // namespace
+// fairseq's TensorboardProgressBarWrapper around another bar: every stat but num_updates becomes a
+// scalar in logdir/<tag>, at step = the stat num_updates (else log's step, or 0 for print). log()
+// writes only at the lines' interval, where fairseq calls it and the train_inner meters are whole.
+class TensorBoardBar : public ProgressBar {
+ public:
+  TensorBoardBar(std::unique_ptr<ProgressBar> inner, std::string logdir, int64_t log_interval)
+      : inner_(std::move(inner)), logdir_(std::move(logdir)), log_interval_(log_interval) {}
 
-std::unique_ptr<ProgressBar> make_progress_bar(ProgressOptions options) {
+  void log(const Stats& stats, int64_t step, std::string_view tag) override {
+    if (log_interval_ > 0 && step % log_interval_ == 0) write(stats, step, tag);
+    inner_->log(stats, step, tag);
+  }
+  void print(const Stats& stats, std::string_view tag) override {
+    write(stats, 0, tag);
+    inner_->print(stats, tag);
+  }
+
+ private:
+  void write(const Stats& stats, int64_t step, std::string_view tag) {
+    for (const auto& s : stats)
+      if (s.key == "num_updates") step = std::llround(s.value);
+    EventWriter& writer = tensorboard_writer(logdir_, std::string(tag));
+    for (const auto& s : stats)
+      if (s.key != "num_updates") writer.add_scalar(s.key, s.value, step);
+    writer.flush();
+  }
+
+  std::unique_ptr<ProgressBar> inner_;
+  std::string logdir_;
+  int64_t log_interval_;
+};
+
+std::unique_ptr<ProgressBar> make_text_bar(ProgressOptions options) {
   switch (options.format) {
     case LogFormat::tqdm:
       return std::make_unique<TqdmBar>(std::move(options));
@@ -192,6 +223,16 @@ std::unique_ptr<ProgressBar> make_progress_bar(ProgressOptions options) {
       return std::make_unique<NoneBar>(std::move(options));
   }
   return std::make_unique<NoneBar>(std::move(options));
+}
+
+}  // namespace
+
+std::unique_ptr<ProgressBar> make_progress_bar(ProgressOptions options) {
+  std::string logdir = options.tensorboard_logdir;
+  int64_t log_interval = options.log_interval;
+  auto bar = make_text_bar(std::move(options));
+  if (logdir.empty()) return bar;
+  return std::make_unique<TensorBoardBar>(std::move(bar), std::move(logdir), log_interval);
 }
 
 }  // namespace fairseq_cpp::core

@@ -6,6 +6,9 @@
 //           go to common.log_file (if any) for tools/plot-log
 //   none    summaries only
 // Summaries (`print`) read "epoch 001 | loss 4.2 | ..." (json: {"epoch": 1, "train_loss": 4.2, ...}).
+// With `tensorboard_logdir`, each logged line and each summary also goes to TensorBoard as
+// fairseq's TensorboardProgressBarWrapper writes it: DIR/<tag>/events.out.tfevents.*, one scalar per
+// stat but num_updates, at step = the stat "num_updates" (core/tensorboard.h).
 
 #include <cstdint>
 #include <cstdio>
@@ -46,6 +49,7 @@ struct ProgressOptions {
   std::function<void(std::string_view tag, std::string_view line)> sink;
   std::FILE* terminal = stderr;  // where tqdm draws its bar
   Clock clock = monotonic_seconds;
+  std::string tensorboard_logdir;  // also write every stat as a TensorBoard scalar under DIR/<tag>; empty = off
 };
 
 class ProgressBar {

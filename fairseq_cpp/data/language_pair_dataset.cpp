@@ -13,6 +13,8 @@ LanguagePairDataset::LanguagePairDataset(std::shared_ptr<const IndexedDataset> s
                                          std::shared_ptr<const IndexedDataset> tgt, LanguagePairOptions options)
     : src_(std::move(src)), tgt_(std::move(tgt)), options_(options) {
   src_sizes_ = src_->lengths();
+  if (options_.truncate_source > 0)
+    for (int64_t& size : src_sizes_) size = std::min(size, options_.truncate_source);
   if (tgt_) {
     if (tgt_->size() != src_->size()) {
       raise<DataError>("{}: {} sentences, but {} has {}; expected one target per source",
@@ -83,7 +85,14 @@ Batch LanguagePairDataset::collate(const std::vector<int64_t>& indices) const {
       auto k = static_cast<size_t>(indices[order[static_cast<size_t>(row)]]);
       int64_t len = sizes[k];
       int64_t start = row * width + (left_pad ? width - len : 0);
-      ds.read(k, t + start);
+      if (len < ds.length(k)) {  // truncated: the first len - 1 tokens, then </s>
+        std::vector<int64_t> whole(static_cast<size_t>(ds.length(k)));
+        ds.read(k, whole.data());
+        std::copy(whole.begin(), whole.begin() + (len - 1), t + start);
+        t[start + len - 1] = options_.eos;
+      } else {
+        ds.read(k, t + start);
+      }
       if (s != nullptr && len > 0) {
         // prev_output_tokens: </s> first, then the target without its final </s>.
         s[start] = options_.eos;

@@ -36,6 +36,8 @@ struct LanguagePairOptions {
   bool left_pad_target = false;  // pad targets on the left
   int32_t pad = Dictionary::kPad;
   int32_t eos = Dictionary::kEos;
+  int64_t truncate_source = 0;   // > 0: a longer source keeps its first N-1 tokens and </s> (fairseq's
+                                 // truncate_source at max_source_positions); 0 = off
 };
 
 class LanguagePairDataset {

@@ -44,6 +44,12 @@ std::string post_process(std::string_view sentence, const std::string& symbol) {
 
 std::string ids_to_string(const data::Dictionary& dict, const std::vector<int64_t>& ids, const std::string& symbol,
                           bool escape_unk) {
+  return ids_to_string(dict, ids, symbol,
+                       escape_unk ? "<" + data::Dictionary::unk_word() + ">" : data::Dictionary::unk_word());
+}
+
+std::string ids_to_string(const data::Dictionary& dict, const std::vector<int64_t>& ids, const std::string& symbol,
+                          const std::string& unk_string) {
   std::string out;
   bool first = true;
   for (int64_t id : ids) {
@@ -51,7 +57,7 @@ std::string ids_to_string(const data::Dictionary& dict, const std::vector<int64_
     if (!first) out += ' ';
     first = false;
     if (id == dict.unk()) {
-      out += escape_unk ? "<" + data::Dictionary::unk_word() + ">" : data::Dictionary::unk_word();
+      out += unk_string;
     } else {
       out += dict.symbol(id);
     }

@@ -18,6 +18,10 @@ namespace fairseq_cpp::generation {
 // "<unk>" (or "<<unk>>" with `escape_unk`); then post_process(..., symbol).
 std::string ids_to_string(const data::Dictionary& dict, const std::vector<int64_t>& ids, const std::string& symbol,
                           bool escape_unk = false);
+// The same with <unk> written as `unk_string` (fairseq's unk_string: validation's BLEU writes
+// "UNKNOWNTOKENINHYP" and "UNKNOWNTOKENINREF", so that an <unk> never matches one).
+std::string ids_to_string(const data::Dictionary& dict, const std::vector<int64_t>& ids, const std::string& symbol,
+                          const std::string& unk_string);
 
 // fairseq's process_bpe_symbol: "sentencepiece" (drop spaces, U+2581 -> space, strip), "_EOW",
 // "subword_nmt" (= "@@ "), any other symbol removed literally; empty or "none" = unchanged.

@@ -17,17 +17,20 @@ int average_main(const config::Config& cfg) {
   std::vector<std::string> paths = o.inputs;
   std::error_code ec;
   for (const auto& p : paths) {
-    if (std::filesystem::is_directory(p, ec) && o.num_epoch_checkpoints == 0 && o.num_update_checkpoints == 0)
-      raise<UserError>("{} is a directory: give --num-epoch-checkpoints N or --num-update-checkpoints N, or the "
-                       "checkpoint files", p);
+    if (std::filesystem::is_directory(p, ec) && o.num_epoch_checkpoints == 0 && o.num_update_checkpoints == 0 &&
+        o.num_best_checkpoints == 0)
+      raise<UserError>("{} is a directory: give --num-epoch-checkpoints N, --num-update-checkpoints N or "
+                       "--num-best-checkpoints N, or the checkpoint files", p);
   }
-  const int64_t n = std::max(o.num_epoch_checkpoints, o.num_update_checkpoints);
-  if (n > 0) {
-    if (o.inputs.size() != 1) {
-      raise<UserError>("`average.inputs` must be one directory with --num-epoch-checkpoints or "
-                       "--num-update-checkpoints, but names {} paths instead",
-                       o.inputs.size());
-    }
+  const int64_t n = std::max({o.num_epoch_checkpoints, o.num_update_checkpoints, o.num_best_checkpoints});
+  if (n > 0 && o.inputs.size() != 1) {
+    raise<UserError>("`average.inputs` must be one directory with --num-epoch-checkpoints, --num-update-checkpoints "
+                     "or --num-best-checkpoints, but names {} paths instead",
+                     o.inputs.size());
+  }
+  if (o.num_best_checkpoints > 0) {
+    paths = checkpoint::best_n_checkpoints(o.inputs[0], n);
+  } else if (n > 0) {
     paths = checkpoint::last_checkpoints(o.inputs[0],
                                          o.num_epoch_checkpoints > 0 ? checkpoint::Numbered::kEpoch
                                                                      : checkpoint::Numbered::kUpdate,

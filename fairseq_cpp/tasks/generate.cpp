@@ -22,6 +22,7 @@
 #include "fairseq_cpp/generation/batch_search.h"
 #include "fairseq_cpp/generation/output.h"
 #include "fairseq_cpp/generation/sequence_generator.h"
+#include "fairseq_cpp/generation/sequence_scorer.h"
 #include "fairseq_cpp/scoring/fairseq_bleu.h"
 #include "fairseq_cpp/scoring/scorer.h"
 #include "fairseq_cpp/tasks/compute_setup.h"
@@ -78,7 +79,6 @@ void keep_freed_memory() {
 generation::SequenceGenerator make_generator(const config::Config& cfg, const data::Dictionary& tgt_dict) {
   const auto& g = cfg.generation;
   if (g.sampling && g.nbest != g.beam) raise<UserError>("--sampling requires --nbest to be equal to --beam");
-  if (g.match_source_len) raise<UserError>("--match-source-len is not supported by fairseq-cpp's generator");
   return generation::SequenceGenerator(generation::generator_options(g, static_cast<uint64_t>(cfg.common.seed)),
                                        {tgt_dict.pad(), tgt_dict.eos(), tgt_dict.unk(), tgt_dict.size()});
 }
@@ -122,11 +122,7 @@ int generate_main(const Invocation& inv) {
   const std::string& bpe = cfg.common_eval.post_process;
   const bool post_processed = !bpe.empty() && bpe != "none";
 
-  data::LanguagePairOptions pair_options;
-  pair_options.left_pad_source = t.trained.task.left_pad_source;
-  pair_options.left_pad_target = t.trained.task.left_pad_target;
-  pair_options.pad = t.src_dict.pad();
-  pair_options.eos = t.src_dict.eos();
+  data::LanguagePairOptions pair_options = language_pair_options(t.trained.task, cfg.task, t.src_dict);
   auto dataset =
       data::LanguagePairDataset::load(t.data_dir, subset, t.src_lang, t.tgt_lang, t.src_dict, t.tgt_dict, pair_options);
   log::info("generate", "{} {} {}-{} {} examples", t.data_dir, subset, t.src_lang, t.tgt_lang, dataset.size());
@@ -143,6 +139,17 @@ int generate_main(const Invocation& inv) {
   if (batching.max_tokens <= 0 && batching.max_sentences <= 0) batching.max_tokens = 12000;  // fairseq's default
   // fairseq orders the examples under numpy_seed(seed) with the dataset's shuffle on.
   auto batches = dataset.make_batches(static_cast<uint32_t>(cfg.common.seed), true, filter, batching);
+  // --num-shards N --shard-id I: this process translates every N-th batch from the I-th on (fairseq's
+  // sharded iterator), so N processes together translate the split once.
+  if (cfg.dataset.num_shards > 1) {
+    std::vector<std::vector<int64_t>> shard;
+    for (size_t k = static_cast<size_t>(cfg.dataset.shard_id); k < batches.size();
+         k += static_cast<size_t>(cfg.dataset.num_shards))
+      shard.push_back(std::move(batches[k]));
+    log::info("generate", "shard {} of {}: {} of {} batches", cfg.dataset.shard_id, cfg.dataset.num_shards,
+              shard.size(), batches.size());
+    batches = std::move(shard);
+  }
 
   generation::SequenceGenerator generator = make_generator(cfg, t.tgt_dict);
   scoring::FairseqBleu scorer(t.tgt_dict);
@@ -153,6 +160,9 @@ int generate_main(const Invocation& inv) {
 
   int64_t num_sentences = 0, num_tokens = 0;
   bool has_target = dataset.target() != nullptr;
+  const bool score_reference = cfg.generation.score_reference;
+  if (score_reference && !has_target)
+    raise<UserError>("--score-reference scores the references, but {} has no {} side", subset, t.tgt_lang);
   // Batches are collated and searched a window at a time, so memory stays bounded on large sets.
   constexpr size_t kWindow = 32;
   std::vector<std::vector<int64_t>> batch_indices;
@@ -218,7 +228,16 @@ int generate_main(const Invocation& inv) {
       batch_indices.push_back(batches[k]);
       collated.push_back(std::move(batch));
     }
-    generation::search_batches(generator, *t.model, inputs, t.device.is_cpu() ? threads : 1, print_batch);
+    if (score_reference) {
+      for (size_t b = 0; b < collated.size(); ++b) {
+        const data::Batch& batch = collated[b];
+        print_batch(b, generation::score_references(*t.model, inputs[b].src_tokens, inputs[b].src_lengths,
+                                                    batch.prev_output_tokens.to(t.device), batch.target.to(t.device),
+                                                    t.tgt_dict.pad()));
+      }
+    } else {
+      generation::search_batches(generator, *t.model, inputs, t.device.is_cpu() ? threads : 1, print_batch);
+    }
   }
   const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
   out.commit();

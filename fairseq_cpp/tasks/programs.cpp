@@ -7,12 +7,12 @@ namespace fairseq_cpp::tasks {
 const config::ProgramSpec& train_spec() {
   static const config::ProgramSpec spec{
       "fairseq-cpp-train",
-      "fairseq-cpp-train [CONFIG.yaml] [section.key=value ...] [--flag value ...]",
+      "fairseq-cpp-train [CONFIG.yaml] [DATA] [section.key=value ...] [--flag value ...]",
       "Train a sequence-to-sequence model (fairseq-train). The launch mode (single process, local spawn,\n"
       "SLURM or torchrun) is chosen from the config and the environment.",
       {"common", "distributed_training", "dataset", "task", "model", "criterion", "optimizer", "lr_scheduler",
        "optimization", "checkpoint"},
-      "",
+      "task.data",
       {{"dry-run-distributed", "print the resolved distributed topology of this process and exit"}},
       {}};
   return spec;

@@ -15,12 +15,6 @@ int train_main(const Invocation& inv) {
     fmt::print("{}\n", topology.describe());
     return kExitOk;
   }
-  // Refused up front, before any worker starts: training silently in fp32 would mislead.
-  if (inv.config.common.fp16 || inv.config.common.bf16)
-    raise<UserError>(
-        "`common.{0}` is true, but mixed precision training is not implemented yet; train in fp32 with "
-        "common.{0}=false.",
-        inv.config.common.fp16 ? "fp16" : "bf16");
   setup_compute(inv.config);
   return distributed::launch(topology, inv.argv, launch_options(inv.config), [&](distributed::Gang& gang) {
     install_stop_handlers();

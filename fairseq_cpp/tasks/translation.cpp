@@ -12,6 +12,7 @@
 #include <nlohmann/json.hpp>
 #include <torch/torch.h>
 
+#include "fairseq_cpp/checkpoint/average.h"
 #include "fairseq_cpp/checkpoint/checkpoint.h"
 #include "fairseq_cpp/checkpoint/run_lock.h"
 #include "fairseq_cpp/config/config.h"
@@ -24,6 +25,7 @@
 #include "fairseq_cpp/data/language_pair_dataset.h"
 #include "fairseq_cpp/distributed/distributed_utils.h"
 #include "fairseq_cpp/models/transformer.h"
+#include "fairseq_cpp/tasks/bleu_validation.h"
 #include "fairseq_cpp/tasks/translation_setup.h"
 #include "fairseq_cpp/trainer/trainer.h"
 #include "fairseq_cpp/trainer/training_state.h"
@@ -86,9 +88,10 @@ class CheckpointWriter {
   CheckpointWriter(const config::CheckpointConfig& options, distributed::Gang& gang) : o_(options), gang_(gang) {}
 
   // Saves after an update (`end_of_epoch` false) or at the end of an epoch; `is_best` when the
-  // validation just improved. Rank 0 writes; every rank waits at the barrier.
+  // validation just improved, `metric` its value when one was just computed. Rank 0 writes; every
+  // rank waits for its outcome.
   void save(trainer::Trainer& trainer, const trainer::TrainingState& state, int64_t epoch, bool end_of_epoch,
-            bool is_best, const std::string& config_yaml) {
+            bool is_best, std::optional<double> metric, const std::string& config_yaml) {
     if (o_.no_save) return;
     std::vector<std::string> names;
     int64_t updates = state.num_updates;
@@ -100,11 +103,17 @@ class CheckpointWriter {
     if (!o_.no_last_checkpoints) names.push_back(fmt::format("checkpoint_last{}.pt", o_.checkpoint_suffix));
     // Rank 0 writes; a failed save (a full disk) stops every rank with rank 0's message.
     std::string failed;
+    if (gang_.rank() == 0 && metric && keeps_best(*metric)) {
+      // fairseq's name: the metric to 3 decimals, then a digit below N that parts ties.
+      names.push_back(fmt::format("checkpoint.best_{}_{:.3f}{}{}.pt", o_.best_checkpoint_metric, *metric,
+                                  updates % o_.keep_best_checkpoints, o_.checkpoint_suffix));
+    }
     if (gang_.rank() == 0 && !names.empty()) {
       try {
         fs::create_directories(o_.save_dir);
         double start = core::monotonic_seconds();
-        checkpoint::StateDict ckpt = trainer::make_checkpoint(trainer, state, config_yaml);
+        checkpoint::StateDict ckpt =
+            trainer::make_checkpoint(trainer, state, config_yaml, !o_.no_save_optimizer_state);
         for (const auto& name : names) checkpoint::save_file((fs::path(o_.save_dir) / name).string(), ckpt);
         log::info("checkpoint", "saved {} (epoch {} @ {} updates) in {:.1f} s", join(names), epoch, updates,
                   core::monotonic_seconds() - start);
@@ -124,7 +133,28 @@ class CheckpointWriter {
     return out;
   }
 
-  // Keeps the newest keep_interval_updates update checkpoints and keep_last_epochs epoch ones.
+  // checkpoint.best_<metric>_<value>.pt files of save_dir, best first.
+  std::vector<std::pair<double, std::string>> best_files() const {
+    return checkpoint::best_checkpoints(o_.save_dir, o_.best_checkpoint_metric, o_.checkpoint_suffix,
+                                        o_.maximize_best_checkpoint_metric);
+  }
+
+  // Whether a validation of `metric` joins the keep_best_checkpoints best: while fewer are kept,
+  // or when it is at least as good as the worst kept (fairseq's is_better).
+  bool keeps_best(double metric) const {
+    if (o_.keep_best_checkpoints <= 0) return false;
+    auto kept = best_files();
+    if (kept.size() < static_cast<size_t>(o_.keep_best_checkpoints)) return true;
+    double worst = kept.back().first;
+    return o_.maximize_best_checkpoint_metric ? metric >= worst : metric <= worst;
+  }
+
+  static std::string escaped(const std::string& text) {
+    return std::regex_replace(text, std::regex(R"([.^$|()\[\]{}*+?\\])"), R"(\$&)");
+  }
+
+  // Keeps the newest keep_interval_updates update checkpoints, keep_last_epochs epoch ones and the
+  // keep_best_checkpoints best ones.
   void prune() {
     auto keep_newest = [&](const std::regex& pattern, int64_t keep) {
       if (keep <= 0) return;  // fairseq: -1 (the default) and 0 keep all
@@ -138,24 +168,43 @@ class CheckpointWriter {
       std::sort(found.rbegin(), found.rend());
       for (size_t i = static_cast<size_t>(keep); i < found.size(); ++i) fs::remove(found[i].second, ec);
     };
-    const std::string suffix = std::regex_replace(o_.checkpoint_suffix, std::regex(R"([.^$|()\[\]{}*+?\\])"), R"(\$&)");
+    const std::string suffix = escaped(o_.checkpoint_suffix);
     keep_newest(std::regex(R"(checkpoint_\d+_(\d+))" + suffix + R"(\.pt)"), o_.keep_interval_updates);
     keep_newest(std::regex(R"(checkpoint(\d+))" + suffix + R"(\.pt)"), o_.keep_last_epochs);
+    if (o_.keep_best_checkpoints > 0) {
+      auto kept = best_files();
+      std::error_code ec;
+      for (size_t i = static_cast<size_t>(o_.keep_best_checkpoints); i < kept.size(); ++i) fs::remove(kept[i].second, ec);
+    }
   }
 
   const config::CheckpointConfig& o_;
   distributed::Gang& gang_;
 };
 
-// The validation metric that picks checkpoint_best (fairseq's best_checkpoint_metric).
-double metric_of(const criterions::LossStats& stats, const std::string& name) {
-  if (name == "loss") return stats.loss();
-  if (name == "nll_loss") return stats.nll_loss();
-  if (name == "ppl") return stats.perplexity();
-  raise<UserError>(
-      "`checkpoint.best_checkpoint_metric` {} is not computed during validation; use loss, nll_loss "
-      "or ppl.",
-      name);
+// One validation's results on one subset: the losses, and BLEU with task.eval_bleu.
+struct Validation {
+  criterions::LossStats loss;
+  std::optional<double> bleu;
+};
+
+// Checks before any work that validation computes `name` (fairseq's best_checkpoint_metric).
+void check_metric(const std::string& name, bool eval_bleu) {
+  if (name == "loss" || name == "nll_loss" || name == "ppl" || (name == "bleu" && eval_bleu)) return;
+  if (name == "bleu")
+    raise<UserError>("`checkpoint.best_checkpoint_metric` is bleu, but validation computes BLEU only with "
+                     "`task.eval_bleu` true (--eval-bleu).");
+  raise<UserError>("`checkpoint.best_checkpoint_metric` {} is not computed during validation; use loss, nll_loss, "
+                   "ppl, or bleu with --eval-bleu.",
+                   name);
+}
+
+// The validation metric that picks checkpoint_best.
+double metric_of(const Validation& v, const std::string& name) {
+  if (name == "nll_loss") return v.loss.nll_loss();
+  if (name == "ppl") return v.loss.perplexity();
+  if (name == "bleu") return v.bleu.value_or(0.0);
+  return v.loss.loss();
 }
 
 }  // namespace
@@ -177,7 +226,7 @@ int train_translation(const config::Config& cfg, distributed::Gang& gang) {
   if (!fs::is_directory(task.data, ec)) raise<UserError>("`task.data` {} is not a directory.", task.data);
   if (cfg.dataset.max_tokens <= 0 && cfg.dataset.batch_size <= 0)
     raise<UserError>("set `dataset.max_tokens` or `dataset.batch_size`: batches need a size.");
-  metric_of({}, ckpt_cfg.best_checkpoint_metric);  // checks the name before any work
+  check_metric(ckpt_cfg.best_checkpoint_metric, task.eval_bleu);
   // One run per save_dir: rank 0 takes the lock, and every rank learns whether it got it.
   std::optional<checkpoint::RunLock> run_lock;
   if (!ckpt_cfg.no_save) {
@@ -201,11 +250,7 @@ int train_translation(const config::Config& cfg, distributed::Gang& gang) {
   auto [src, tgt] = language_pair(task, cfg.dataset.train_subset);
   data::Dictionary src_dict = data::Dictionary::load((fs::path(task.data) / ("dict." + src + ".txt")).string());
   data::Dictionary tgt_dict = data::Dictionary::load((fs::path(task.data) / ("dict." + tgt + ".txt")).string());
-  data::LanguagePairOptions pair;
-  pair.left_pad_source = task.left_pad_source;
-  pair.left_pad_target = task.left_pad_target;
-  pair.pad = src_dict.pad();
-  pair.eos = src_dict.eos();
+  data::LanguagePairOptions pair = language_pair_options(task, task, src_dict);
   auto train_set = std::make_shared<data::LanguagePairDataset>(
       data::LanguagePairDataset::load(task.data, cfg.dataset.train_subset, src, tgt, src_dict, tgt_dict, pair));
 
@@ -287,30 +332,49 @@ int train_translation(const config::Config& cfg, distributed::Gang& gang) {
   auto wall = [&] { return state.wall_seconds + core::monotonic_seconds() - run_start; };
   const bool maximize = ckpt_cfg.maximize_best_checkpoint_metric;
 
-  // Validates on every valid subset (sharded across ranks, summed); returns the first's stats.
-  auto validate = [&](int64_t epoch) -> std::optional<criterions::LossStats> {
-    if (valid_sets.empty()) return std::nullopt;
-    std::optional<criterions::LossStats> first;
+  // Validates on every valid subset (sharded across ranks, summed); returns the first's results.
+  auto validate = [&](int64_t epoch) -> std::optional<Validation> {
+    if (valid_sets.empty() || trainer.num_updates() < cfg.dataset.validate_after_updates) return std::nullopt;
+    std::optional<Validation> first;
     for (const auto& [name, set] : valid_sets) {
       data::SizeFilterOptions vf = filter;
       vf.what = name;
       vf.skip_invalid = cfg.dataset.skip_invalid_size_inputs_valid_test;
       auto batches = set->make_batches(static_cast<uint32_t>(cfg.common.seed), false, vf, valid_batching);
       criterions::LossStats local;
-      for (size_t i = static_cast<size_t>(gang.rank()); i < batches.size(); i += static_cast<size_t>(gang.size()))
-        local.add(trainer.valid_step(set->collate(batches[i])));
-      auto sums = distributed::all_reduce_dict(gang, {{"loss", local.loss_sum},
-                                                      {"nll_loss", local.nll_loss_sum},
-                                                      {"sample_size", local.sample_size},
-                                                      {"ntokens", local.ntokens},
-                                                      {"nsentences", local.nsentences}});
-      criterions::LossStats total;
+      std::optional<BleuValidation> bleu;
+      if (task.eval_bleu) bleu.emplace(task, tgt_dict, static_cast<uint64_t>(cfg.common.seed));
+      for (size_t i = static_cast<size_t>(gang.rank()); i < batches.size(); i += static_cast<size_t>(gang.size())) {
+        data::Batch batch = set->collate(batches[i]);
+        local.add(trainer.valid_step(batch));
+        if (bleu) bleu->add(trainer.model(), batch, gang.device());
+      }
+      std::map<std::string, distributed::DictValue> values{{"loss", local.loss_sum},
+                                                           {"nll_loss", local.nll_loss_sum},
+                                                           {"sample_size", local.sample_size},
+                                                           {"ntokens", local.ntokens},
+                                                           {"nsentences", local.nsentences}};
+      // BLEU's statistics are summed, then scored: the BLEU of the whole subset.
+      const std::vector<double> bleu_local = bleu ? bleu->statistics() : std::vector<double>{};
+      for (size_t k = 0; k < bleu_local.size(); ++k) values.emplace(fmt::format("bleu_{:02d}", k), bleu_local[k]);
+      auto sums = distributed::all_reduce_dict(gang, values);
+      Validation result;
+      if (bleu) {
+        std::vector<double> bleu_sums(bleu_local.size());
+        for (size_t k = 0; k < bleu_sums.size(); ++k) bleu_sums[k] = std::get<double>(sums.at(fmt::format("bleu_{:02d}", k)));
+        result.bleu = bleu->score(bleu_sums);
+        if (task.eval_bleu_print_samples && gang.rank() == 0) {
+          log::info("valid", "example hypothesis: {}", bleu->sample_hypothesis());
+          log::info("valid", "example reference: {}", bleu->sample_reference());
+        }
+      }
+      criterions::LossStats& total = result.loss;
       total.loss_sum = std::get<double>(sums.at("loss"));
       total.nll_loss_sum = std::get<double>(sums.at("nll_loss"));
       total.sample_size = std::get<int64_t>(sums.at("sample_size"));
       total.ntokens = std::get<int64_t>(sums.at("ntokens"));
       total.nsentences = std::get<int64_t>(sums.at("nsentences"));
-      double metric = metric_of(total, ckpt_cfg.best_checkpoint_metric);
+      double metric = metric_of(result, ckpt_cfg.best_checkpoint_metric);
       double best = state.best ? (maximize ? std::max(*state.best, metric) : std::min(*state.best, metric)) : metric;
       core::ProgressOptions po;
       po.format = gang.rank() == 0
@@ -318,21 +382,20 @@ int train_translation(const config::Config& cfg, distributed::Gang& gang) {
                       : core::LogFormat::none;
       po.epoch = epoch;
       po.prefix = fmt::format("epoch {:03d} | valid on '{}' subset", epoch, name);
-      core::make_progress_bar(po)->print(
-          {{"loss", total.loss(), 3},
-           {"nll_loss", total.nll_loss(), 3},
-           {"ppl", total.perplexity(), 2},
-           {"wpb", static_cast<double>(total.ntokens) / std::max<size_t>(1, batches.size()), 1},
-           {"bsz", static_cast<double>(total.nsentences) / std::max<size_t>(1, batches.size()), 1},
-           {"num_updates", static_cast<double>(trainer.num_updates()), 0},
-           {"best_" + ckpt_cfg.best_checkpoint_metric, best, 3}},
-          "valid");
-      if (!first) first = total;
+      po.tensorboard_logdir = gang.rank() == 0 ? cfg.common.tensorboard_logdir : "";
+      core::Stats shown{{"loss", total.loss(), 3}, {"nll_loss", total.nll_loss(), 3}, {"ppl", total.perplexity(), 2}};
+      if (result.bleu) shown.push_back({"bleu", *result.bleu, 2});
+      shown.push_back({"wpb", static_cast<double>(total.ntokens) / std::max<size_t>(1, batches.size()), 1});
+      shown.push_back({"bsz", static_cast<double>(total.nsentences) / std::max<size_t>(1, batches.size()), 1});
+      shown.push_back({"num_updates", static_cast<double>(trainer.num_updates()), 0});
+      shown.push_back({"best_" + ckpt_cfg.best_checkpoint_metric, best, 3});
+      core::make_progress_bar(po)->print(shown, name);
+      if (!first) first = result;
     }
     return first;
   };
   // Validation result -> best and early-stopping counter; returns whether it is a new best.
-  auto record = [&](const std::optional<criterions::LossStats>& stats) {
+  auto record = [&](const std::optional<Validation>& stats) {
     if (!stats) return false;
     double metric = metric_of(*stats, ckpt_cfg.best_checkpoint_metric);
     bool better = !state.best || (maximize ? metric > *state.best : metric < *state.best);
@@ -343,6 +406,10 @@ int train_translation(const config::Config& cfg, distributed::Gang& gang) {
       ++state.bad_validations;
     }
     return better;
+  };
+  auto metric = [&](const std::optional<Validation>& stats) -> std::optional<double> {
+    if (!stats) return std::nullopt;
+    return metric_of(*stats, ckpt_cfg.best_checkpoint_metric);
   };
   auto sync_state = [&](bool end_of_epoch) {
     state.num_updates = trainer.num_updates();
@@ -355,7 +422,8 @@ int train_translation(const config::Config& cfg, distributed::Gang& gang) {
   const auto& update_freqs = optimization.update_freq;
   bool done = trainer.num_updates() >= max_update;
   while (!done) {
-    data::EpochIterator& itr = epoch_itr.next_epoch_itr();
+    // fairseq's curriculum: the first `curriculum` epochs keep the batches in length order.
+    data::EpochIterator& itr = epoch_itr.next_epoch_itr(epoch_itr.epoch() + 1 > cfg.dataset.curriculum);
     const int64_t epoch = epoch_itr.epoch();
     if (epoch > max_epoch) break;
     const int64_t update_freq = update_freqs[std::min<size_t>(static_cast<size_t>(epoch - 1), update_freqs.size() - 1)];
@@ -365,6 +433,7 @@ int train_translation(const config::Config& cfg, distributed::Gang& gang) {
                                  : core::LogFormat::none;
     po.log_interval = cfg.common.log_interval;
     po.epoch = epoch;
+    po.tensorboard_logdir = gang.rank() == 0 ? cfg.common.tensorboard_logdir : "";
     po.total = (itr.size() + update_freq - 1) / update_freq;
     auto progress = core::make_progress_bar(po);
     Meters epoch_meters, interval_meters;
@@ -375,7 +444,7 @@ int train_translation(const config::Config& cfg, distributed::Gang& gang) {
         log::warning("train", "stop signal received: saving checkpoint_last and stopping at update {}",
                      trainer.num_updates());
         sync_state(false);
-        writer.save(trainer, state, epoch, false, false, config_yaml);
+        writer.save(trainer, state, epoch, false, false, std::nullopt, config_yaml);
         return kExitStopped;
       }
       std::vector<data::Batch> group = itr.next_group(update_freq);
@@ -399,9 +468,10 @@ int train_translation(const config::Config& cfg, distributed::Gang& gang) {
       bool save_due =
           ckpt_cfg.save_interval_updates > 0 && updates % ckpt_cfg.save_interval_updates == 0 && !stats.skipped;
       if ((valid_due || save_due || done) && itr.has_next()) {
-        bool best = record(valid_due || done ? validate(epoch) : std::nullopt);
+        auto stats = valid_due || done ? validate(epoch) : std::nullopt;
+        bool best = record(stats);
         sync_state(false);
-        writer.save(trainer, state, epoch, false, best, config_yaml);
+        writer.save(trainer, state, epoch, false, best, metric(stats), config_yaml);
         if (ckpt_cfg.patience > 0 && state.bad_validations >= ckpt_cfg.patience) {
           log::info("train", "early stop: no better validation {} for {} validations", ckpt_cfg.best_checkpoint_metric,
                     state.bad_validations);
@@ -416,9 +486,9 @@ int train_translation(const config::Config& cfg, distributed::Gang& gang) {
       bool valid_due = epoch % std::max<int64_t>(1, cfg.dataset.validate_interval) == 0;
       auto stats = valid_due ? validate(epoch) : std::nullopt;
       bool best = record(stats);
-      trainer.lr_step(epoch, stats ? std::optional<double>(stats->loss()) : std::nullopt);
+      trainer.lr_step(epoch, metric(stats));  // fairseq steps the schedule on the checkpoint metric
       sync_state(true);
-      writer.save(trainer, state, epoch, true, best, config_yaml);
+      writer.save(trainer, state, epoch, true, best, metric(stats), config_yaml);
       if (ckpt_cfg.patience > 0 && state.bad_validations >= ckpt_cfg.patience) {
         log::info("train", "early stop: no better validation {} for {} validations", ckpt_cfg.best_checkpoint_metric,
                   state.bad_validations);

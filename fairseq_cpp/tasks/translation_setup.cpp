@@ -31,6 +31,17 @@ std::pair<std::string, std::string> infer_languages(const std::string& dir, cons
   return found.front();
 }
 
+data::LanguagePairOptions language_pair_options(const config::TaskConfig& trained, const config::TaskConfig& run,
+                                                const data::Dictionary& dict) {
+  data::LanguagePairOptions o;
+  o.left_pad_source = trained.left_pad_source;
+  o.left_pad_target = trained.left_pad_target;
+  o.truncate_source = run.truncate_source ? run.max_source_positions : 0;
+  o.pad = dict.pad();
+  o.eos = dict.eos();
+  return o;
+}
+
 Translation load_translation(const config::Config& cli, const std::string& split) {
   Translation t;
   t.data_dir = cli.task.data;

@@ -14,6 +14,7 @@
 
 #include "fairseq_cpp/config/sections.h"
 #include "fairseq_cpp/data/dictionary.h"
+#include "fairseq_cpp/data/language_pair_dataset.h"
 #include "fairseq_cpp/models/transformer.h"
 
 namespace fairseq_cpp::tasks {
@@ -31,6 +32,11 @@ struct Translation {
 
 // "<split>.<src>-<tgt>.<src>.idx" in `dir` -> {src, tgt}; a UserError unless exactly one pair exists.
 std::pair<std::string, std::string> infer_languages(const std::string& dir, const std::string& split);
+
+// How sentences are padded (as the model was trained: `trained`'s left_pad_*) and truncated (as this
+// run asks: `run`'s truncate_source to its max_source_positions), with the dictionary's pad and eos.
+data::LanguagePairOptions language_pair_options(const config::TaskConfig& trained, const config::TaskConfig& run,
+                                                const data::Dictionary& dict);
 
 // Checks `task.data` and `common_eval.path` (UserError naming what is missing), then loads. `split`
 // names the data files that reveal the languages when neither the flags nor the checkpoint do.

@@ -69,11 +69,7 @@ std::vector<SubsetLoss> validate(const config::Config& cli) {
   criterions::Criterion criterion(
       criterions::criterion_options(trained.criterion, trained.optimization, tgt_dict.pad()));
 
-  data::LanguagePairOptions pair_options;
-  pair_options.left_pad_source = trained.task.left_pad_source;
-  pair_options.left_pad_target = trained.task.left_pad_target;
-  pair_options.pad = src_dict.pad();
-  pair_options.eos = src_dict.eos();
+  data::LanguagePairOptions pair_options = language_pair_options(trained.task, cli.task, src_dict);
   data::SizeFilterOptions filter;
   filter.max_source_positions = loaded.model->max_source_positions();
   filter.max_target_positions = loaded.model->max_target_positions();

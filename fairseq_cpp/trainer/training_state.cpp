@@ -5,6 +5,7 @@
 #include <ATen/core/ivalue.h>
 
 #include "fairseq_cpp/core/errors.h"
+#include "fairseq_cpp/core/logging.h"
 
 namespace fairseq_cpp::trainer {
 namespace {
@@ -28,11 +29,12 @@ checkpoint::StateDict get_dict(const checkpoint::StateDict& dict, const std::str
 
 }  // namespace
 
-checkpoint::StateDict make_checkpoint(Trainer& trainer, const TrainingState& state, const std::string& config_yaml) {
+checkpoint::StateDict make_checkpoint(Trainer& trainer, const TrainingState& state, const std::string& config_yaml,
+                                      bool with_optimizer_state) {
   checkpoint::StateDict ckpt = checkpoint::new_state_dict();
   ckpt.insert(checkpoint::kModelKey, checkpoint::model_state(trainer.model()));
   ckpt.insert(checkpoint::kConfigKey, config_yaml);
-  ckpt.insert("optimizer", trainer.optimizer().state_dict());
+  if (with_optimizer_state) ckpt.insert("optimizer", trainer.optimizer().state_dict());
   ckpt.insert("lr_scheduler", trainer.lr_scheduler().state_dict());
   checkpoint::StateDict iterator = checkpoint::new_state_dict();
   iterator.insert("epoch", state.iterator.epoch);
@@ -68,7 +70,11 @@ TrainingState restore_checkpoint(const checkpoint::StateDict& ckpt, const std::s
     state.iterator.global_batches = get_int(iterator, "global_batches", path);
     state.iterator.shuffle = get(iterator, "shuffle", path).toBool();
   }
-  if (!options.reset_optimizer) trainer.optimizer().load_state_dict(get_dict(ckpt, "optimizer", path));
+  if (!options.reset_optimizer && ckpt.contains("optimizer"))
+    trainer.optimizer().load_state_dict(get_dict(ckpt, "optimizer", path));
+  else if (!options.reset_optimizer)
+    log::info("checkpoint", "{} holds no optimizer state (saved with --no-save-optimizer-state): the optimizer starts "
+              "afresh", path);
   if (!options.reset_lr_scheduler) trainer.lr_scheduler().load_state_dict(get_dict(ckpt, "lr_scheduler", path));
   trainer.set_num_updates(state.num_updates);
   return state;

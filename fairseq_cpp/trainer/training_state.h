@@ -29,10 +29,13 @@ struct RestoreOptions {
   bool reset_meters = false;        // start the wall clock from zero
 };
 
-// The whole checkpoint of `trainer` at `state`, with `config_yaml` (config::dump_config).
-checkpoint::StateDict make_checkpoint(Trainer& trainer, const TrainingState& state, const std::string& config_yaml);
+// The whole checkpoint of `trainer` at `state`, with `config_yaml` (config::dump_config); without
+// the optimizer's state when `with_optimizer_state` is false (fairseq's --no-save-optimizer-state).
+checkpoint::StateDict make_checkpoint(Trainer& trainer, const TrainingState& state, const std::string& config_yaml,
+                                      bool with_optimizer_state);
 
-// Loads `ckpt` (read from `path`) into `trainer`; returns the training state to continue from.
+// Loads `ckpt` (read from `path`) into `trainer`; returns the training state to continue from. A
+// checkpoint saved without its optimizer state resumes with a fresh optimizer, as fairseq's does.
 // Throws DataError naming `path` when a part does not fit.
 TrainingState restore_checkpoint(const checkpoint::StateDict& ckpt, const std::string& path, Trainer& trainer,
                                  const RestoreOptions& options);

@@ -129,14 +129,20 @@ TEST(Cli, BadOverridesAndFlags) {
 TEST(Cli, MixedPrecisionIsRefusedNotIgnored) {
   testing::TempDir dir;
   auto r = run({program("fairseq-cpp-train"), testing::source_dir() + "/configs/transformer_wmt_en_de.yaml",
-                "task.data=" + dir.path()});
+                "task.data=" + dir.path(), "--fp16"});
   EXPECT_EQ(r.exit_code, 2);
   EXPECT_EQ(r.err,
-            "fairseq-cpp-train: error: `common.fp16` is true, but mixed precision training is not implemented yet; "
-            "train in fp32 with common.fp16=false.\n");
+            "fairseq-cpp-train: error: `common.fp16` is true, but mixed precision is not implemented yet: "
+            "fairseq-cpp trains in float32; leave it at false.\n");
   r = run({program("fairseq-cpp-train"), "task.data=" + dir.path(), "--bf16", "--max-tokens", "64"});
   EXPECT_EQ(r.exit_code, 2);
   EXPECT_NE(r.err.find("`common.bf16` is true"), std::string::npos) << r.err;
+  // fairseq's --memory-efficient-fp16 is a flag here too, refused the same way, in every program.
+  r = run({program("fairseq-cpp-generate"), dir.path(), "--path", "x.pt", "--memory-efficient-fp16"});
+  EXPECT_EQ(r.exit_code, 2);
+  EXPECT_NE(r.err.find("`common.memory_efficient_fp16` is true, but mixed precision is not implemented yet"),
+            std::string::npos)
+      << r.err;
 }
 
 TEST(Cli, DumpConfigPrintsTheResolvedConfigThatLoadsBack) {

@@ -29,7 +29,7 @@ std::vector<std::string> problems_of(const ProgramSpec& spec, const std::vector<
 
 TEST(CommandLine, ConfigFileOverridesAndFlags) {
   auto cl = parse_command_line(spec_with(), {"configs/demo.yaml", "optimization.lr=3e-4", "--max-tokens", "4096",
-                                             "--fp16", "--update-freq=2", "--keep-last-epochs", "-1", "--debug"});
+                                             "--no-save", "--update-freq=2", "--keep-last-epochs", "-1", "--debug"});
   EXPECT_EQ(cl.config_file, "configs/demo.yaml");
   EXPECT_TRUE(cl.debug);
   ASSERT_EQ(cl.assignments.size(), 5u);
@@ -37,7 +37,7 @@ TEST(CommandLine, ConfigFileOverridesAndFlags) {
   EXPECT_EQ(cl.assignments[0].value, "3e-4");
   EXPECT_EQ(cl.assignments[1].key, "dataset.max_tokens");
   EXPECT_EQ(cl.assignments[1].value, "4096");
-  EXPECT_EQ(cl.assignments[2].key, "common.fp16");
+  EXPECT_EQ(cl.assignments[2].key, "checkpoint.no_save");
   EXPECT_EQ(cl.assignments[2].value, "true");
   EXPECT_EQ(cl.assignments[3].key, "optimization.update_freq");
   EXPECT_EQ(cl.assignments[3].value, "2");
@@ -45,7 +45,7 @@ TEST(CommandLine, ConfigFileOverridesAndFlags) {
   EXPECT_EQ(cl.assignments[4].value, "-1");
   Config cfg = load_config("", cl.assignments);
   EXPECT_EQ(cfg.dataset.max_tokens, 4096);
-  EXPECT_TRUE(cfg.common.fp16);
+  EXPECT_TRUE(cfg.checkpoint.no_save);
   EXPECT_EQ(cfg.checkpoint.keep_last_epochs, -1);
 }
 

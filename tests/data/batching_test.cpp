@@ -157,6 +157,23 @@ TEST(Collate, PadsSortsAndShiftsAsFairseq) {
   EXPECT_TRUE(torch::equal(f.prev_output_tokens, torch::tensor({{1, 1, 2, 10}, {2, 11, 12, 13}}, torch::kLong)));
 }
 
+TEST(Collate, TruncateSourceKeepsTheFirstTokensAndEndsInEos) {
+  // fairseq's truncate_source at max_source_positions 3: {7 8 9 2} -> {7 8 2}; shorter ones unchanged.
+  TinyData data;
+  LanguagePairOptions o;
+  o.truncate_source = 3;
+  LanguagePairDataset ds(data.src, data.tgt, o);
+  EXPECT_EQ(ds.src_sizes(), (std::vector<int64_t>{3, 2, 3}));
+  Batch b = ds.collate({0, 1, 2});
+  EXPECT_TRUE(torch::equal(b.id, torch::tensor({0, 2, 1}, torch::kLong)));  // a stable sort of equal lengths
+  EXPECT_TRUE(torch::equal(b.src_tokens, torch::tensor({{4, 5, 2}, {7, 8, 2}, {1, 6, 2}}, torch::kLong)));
+  EXPECT_TRUE(torch::equal(b.src_lengths, torch::tensor({3, 3, 2}, torch::kLong)));
+  EXPECT_TRUE(torch::equal(b.target, torch::tensor({{10, 2, 1, 1}, {14, 2, 1, 1}, {11, 12, 13, 2}}, torch::kLong)));
+  o.truncate_source = 1;  // only </s> is left
+  EXPECT_TRUE(torch::equal(LanguagePairDataset(data.src, data.tgt, o).collate({2}).src_tokens,
+                           torch::tensor({{2}}, torch::kLong)));
+}
+
 // Batches 0..n-1 of one example each; the loader returns the example id in `ntokens`.
 std::vector<std::vector<int64_t>> numbered(int64_t n) {
   std::vector<std::vector<int64_t>> b;

@@ -292,7 +292,7 @@ print(len(models[0]), "entries", len(differ), "differ", "moved", moved, "rest", 
       << few.err;
   auto bare = run({program("fairseq-cpp-eval"), "average", "--inputs", dir, "--output", out});
   EXPECT_EQ(bare.exit_code, 2);
-  EXPECT_NE(bare.err.find(dir + " is a directory: give --num-epoch-checkpoints N or --num-update-checkpoints N"),
+  EXPECT_NE(bare.err.find(dir + " is a directory: give --num-epoch-checkpoints N, --num-update-checkpoints N or --num-best-checkpoints N"),
             std::string::npos)
       << bare.err;
   std::string other = work_.path() + "/other";

@@ -16,7 +16,9 @@ at::Tensor EncoderOut::padding() const {
 
 EncoderOut EncoderDecoderModel::reorder_encoder_out(const EncoderOut& encoder_out, const at::Tensor& new_order) {
   EncoderOut reordered = encoder_out;
-  reordered.rows = encoder_out.rows.defined() ? encoder_out.rows.index_select(0, new_order) : new_order;
+  if (encoder_out.out.defined())
+    reordered.rows = encoder_out.rows.defined() ? encoder_out.rows.index_select(0, new_order) : new_order;
+  for (auto& member : reordered.members) member = reorder_encoder_out(member, new_order);
   return reordered;
 }
 

@@ -22,6 +22,7 @@ struct EncoderOut {
   at::Tensor out;           // (B, S, C) encoder states
   at::Tensor padding_mask;  // (B, S) bool, true at source padding; or undefined
   at::Tensor rows;          // (N) int64: decoder row n reads row rows[n] of out; undefined = identity
+  std::vector<EncoderOut> members;  // an ensemble's: each model's own output (and `out` undefined)
   at::Tensor states() const;   // out with `rows` applied: (N, S, C)
   at::Tensor padding() const;  // padding_mask with `rows` applied: (N, S), or undefined
 };
@@ -34,7 +35,8 @@ struct DecoderFeatures {
 
 // The decoder's per-layer caches during incremental decoding; starts empty.
 struct IncrementalState {
-  std::vector<nn::DecoderLayerCache> layers;
+  std::vector<nn::DecoderLayerCache> layers;  // an ensemble's: each model's layers, one after the other
+  std::vector<size_t> parts;                  // an ensemble's: how many of `layers` each model owns
   int64_t steps = 0;  // tokens decoded so far
   // Keeps batch rows `new_order` (B') of every cache (beam search).
   void reorder(const at::Tensor& new_order) {

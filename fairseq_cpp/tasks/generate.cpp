@@ -76,9 +76,15 @@ void keep_freed_memory() {
   mallopt(M_TRIM_THRESHOLD, 1 << 30);
 }
 
-generation::SequenceGenerator make_generator(const config::Config& cfg, const data::Dictionary& tgt_dict) {
+generation::SequenceGenerator make_generator(const config::Config& cfg, const Translation& t) {
   const auto& g = cfg.generation;
+  const data::Dictionary& tgt_dict = t.tgt_dict;
   if (g.sampling && g.nbest != g.beam) raise<UserError>("--sampling requires --nbest to be equal to --beam");
+  // fairseq divides each model's logits by the temperature before averaging; the ensemble here
+  // averages normalized distributions, so the two would differ.
+  if (t.models > 1 && g.temperature != 1.0)
+    raise<UserError>("--temperature {} with an ensemble of {} models is not supported yet; use one model, or "
+                     "temperature 1", g.temperature, t.models);
   return generation::SequenceGenerator(generation::generator_options(g, static_cast<uint64_t>(cfg.common.seed)),
                                        {tgt_dict.pad(), tgt_dict.eos(), tgt_dict.unk(), tgt_dict.size()});
 }
@@ -151,7 +157,7 @@ int generate_main(const Invocation& inv) {
     batches = std::move(shard);
   }
 
-  generation::SequenceGenerator generator = make_generator(cfg, t.tgt_dict);
+  generation::SequenceGenerator generator = make_generator(cfg, t);
   scoring::FairseqBleu scorer(t.tgt_dict);
   auto sacrebleu = scoring::make_scorer("bleu", scoring::ScoringOptions{});
   Output out(cfg.common_eval.results_path, subset);
@@ -281,7 +287,7 @@ int interactive_main(const Invocation& inv) {
     if (!file) raise<UserError>("cannot read --input {}", cfg.interactive.input);
     in = &file;
   }
-  generation::SequenceGenerator generator = make_generator(cfg, t.tgt_dict);
+  generation::SequenceGenerator generator = make_generator(cfg, t);
   const int64_t max_source = std::min(cfg.task.max_source_positions, t.model->max_source_positions());
   const int64_t batch_limit = cfg.dataset.batch_size > 0 ? cfg.dataset.batch_size : cfg.interactive.buffer_size;
   const int64_t nbest = cfg.generation.nbest;

@@ -9,6 +9,7 @@
 #include "fairseq_cpp/checkpoint/load_model.h"
 #include "fairseq_cpp/core/errors.h"
 #include "fairseq_cpp/core/logging.h"
+#include "fairseq_cpp/models/ensemble.h"
 
 namespace fairseq_cpp::tasks {
 namespace fs = std::filesystem;
@@ -50,10 +51,17 @@ Translation load_translation(const config::Config& cli, const std::string& split
   if (path.empty()) raise<UserError>("no checkpoint given: use --path CHECKPOINT");
   std::error_code ec;
   if (!fs::is_directory(t.data_dir, ec)) raise<UserError>("data directory {} does not exist", t.data_dir);
-  if (!fs::exists(path, ec)) raise<UserError>("checkpoint {} does not exist (--path)", path);
+  std::vector<std::string> paths;
+  for (size_t start = 0; start <= path.size();) {
+    size_t colon = std::min(path.find(':', start), path.size());
+    if (colon > start) paths.push_back(path.substr(start, colon - start));
+    start = colon + 1;
+  }
+  for (const auto& p : paths)
+    if (!fs::exists(p, ec)) raise<UserError>("checkpoint {} does not exist (--path)", p);
 
-  const checkpoint::StateDict stored = checkpoint::load_file(path);
-  const config::Config stored_config = checkpoint::config_entry(stored, path);
+  const checkpoint::StateDict stored = checkpoint::load_file(paths[0]);
+  const config::Config stored_config = checkpoint::config_entry(stored, paths[0]);
   t.src_lang = cli.task.source_lang;
   t.tgt_lang = cli.task.target_lang;
   if (t.src_lang.empty() || t.tgt_lang.empty()) {
@@ -67,12 +75,18 @@ Translation load_translation(const config::Config& cli, const std::string& split
                              t.src_dict.to_text() == t.tgt_dict.to_text()};
   const bool cuda = torch::cuda::is_available() && !cli.common.cpu;
   t.device = cuda ? c10::Device(c10::kCUDA, 0) : c10::Device(c10::kCPU);
-  checkpoint::LoadedModel loaded = checkpoint::load_model(stored, path, vocab, t.device);
-  t.trained = loaded.config;
-  t.model = loaded.model;
+  std::vector<std::shared_ptr<models::EncoderDecoderModel>> members;
+  for (size_t i = 0; i < paths.size(); ++i) {
+    checkpoint::LoadedModel loaded =
+        checkpoint::load_model(i == 0 ? stored : checkpoint::load_file(paths[i]), paths[i], vocab, t.device);
+    if (i == 0) t.trained = loaded.config;
+    log::info("generate", "loaded {} ({} parameters, arch {}) on {}", paths[i], models::count_parameters(*loaded.model),
+              loaded.config.model.arch, t.device.str());
+    members.push_back(loaded.model);
+  }
+  t.models = members.size();
+  t.model = members.size() == 1 ? members[0] : std::make_shared<models::EnsembleModel>(members);
   t.model->eval();
-  log::info("generate", "loaded {} ({} parameters, arch {}) on {}", path, models::count_parameters(*t.model),
-            t.trained.model.arch, t.device.str());
   return t;
 }
 

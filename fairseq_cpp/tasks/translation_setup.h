@@ -25,8 +25,10 @@ struct Translation {
   std::string tgt_lang;
   data::Dictionary src_dict;
   data::Dictionary tgt_dict;
-  config::Config trained;                           // the config stored with the model
-  std::shared_ptr<models::TransformerModel> model;  // in eval mode on `device`
+  config::Config trained;                              // the config stored with the (first) model
+  std::shared_ptr<models::EncoderDecoderModel> model;  // in eval mode on `device`; with --path a.pt:b.pt
+                                                       // an EnsembleModel of them
+  size_t models = 1;                                   // how many `common_eval.path` names
   c10::Device device = c10::Device(c10::kCPU);
 };
 
@@ -38,7 +40,8 @@ std::pair<std::string, std::string> infer_languages(const std::string& dir, cons
 data::LanguagePairOptions language_pair_options(const config::TaskConfig& trained, const config::TaskConfig& run,
                                                 const data::Dictionary& dict);
 
-// Checks `task.data` and `common_eval.path` (UserError naming what is missing), then loads. `split`
+// Checks `task.data` and `common_eval.path` (UserError naming what is missing), then loads; a path
+// of several files separated by ':' (fairseq's --path a.pt:b.pt) loads each into one ensemble. `split`
 // names the data files that reveal the languages when neither the flags nor the checkpoint do.
 Translation load_translation(const config::Config& cli, const std::string& split);
 

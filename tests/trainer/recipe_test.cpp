@@ -264,6 +264,50 @@ TEST_F(Recipes, ScoreReferenceScoresTheTargetsAndShardsSplitTheSet) {
       << bad.err;
 }
 
+TEST_F(Recipes, EnsemblesAverageTheModelsProbabilities) {
+  const std::string dir = work_.path() + "/models";
+  ASSERT_EQ(train(config(dir, 1, 1, 20, "  save_interval_updates: 10\n  keep_interval_updates: -1")).exit_code, 0);
+  const std::string a = dir + "/checkpoint_1_10.pt", b = dir + "/checkpoint_last.pt";
+  auto generate = [&](const std::string& path, std::vector<std::string> extra) {
+    std::vector<std::string> argv{program("fairseq-cpp-generate"), corpus_->path() + "/bin", "--path", path,
+                                  "--gen-subset", "valid", "--source-lang", "src", "--target-lang", "tgt"};
+    argv.insert(argv.end(), extra.begin(), extra.end());
+    auto r = run(argv);
+    EXPECT_EQ(r.exit_code, 0) << r.err;
+    return r.out;
+  };
+  // A model with itself: the same translations and scores as the model alone.
+  auto alone = lines_by_id(generate(b, {}), "H-"), twice = lines_by_id(generate(b + ":" + b, {}), "H-");
+  ASSERT_EQ(alone.size(), 40u);
+  for (const auto& [id, h] : alone) {
+    const std::string& e = twice.at(id);
+    EXPECT_EQ(h.substr(h.find('\t')), e.substr(e.find('\t'))) << id;
+    EXPECT_NEAR(std::stod(h), std::stod(e), 1e-5) << id;
+  }
+  // Two models: each reference token's log-probability is log((p_a + p_b) / 2), computed here from
+  // each model's own --score-reference output.
+  auto pa = lines_by_id(generate(a, {"--score-reference"}), "P-");
+  auto pb = lines_by_id(generate(b, {"--score-reference"}), "P-");
+  auto pab = lines_by_id(generate(a + ":" + b, {"--score-reference"}), "P-");
+  ASSERT_EQ(pab.size(), 40u);
+  size_t tokens = 0;
+  for (const auto& [id, line] : pab) {
+    std::istringstream ia(pa.at(id)), ib(pb.at(id)), iab(line);
+    for (double x, y, z; iab >> z;) {
+      ASSERT_TRUE(ia >> x);
+      ASSERT_TRUE(ib >> y);
+      EXPECT_NEAR(z, std::log((std::exp(x) + std::exp(y)) / 2), 2e-4) << id;
+      ++tokens;
+    }
+  }
+  EXPECT_GT(tokens, 200u);
+  // fairseq scales each model's logits by the temperature before averaging; refused, not ignored.
+  auto r = run({program("fairseq-cpp-generate"), corpus_->path() + "/bin", "--path", a + ":" + b, "--source-lang", "src",
+                "--target-lang", "tgt", "--gen-subset", "valid", "--temperature", "0.5"});
+  EXPECT_EQ(r.exit_code, 2);
+  EXPECT_NE(r.err.find("with an ensemble of 2 models is not supported yet"), std::string::npos) << r.err;
+}
+
 #ifdef FSQ_REQUIREMENTS_PYTHON
 // common.tensorboard_logdir: the real tensorboard package reads what a run logged, under fairseq's
 // tags (train_inner, train, valid) and names, at step num_updates.

@@ -302,14 +302,69 @@ std::string one_line(std::string_view text) {
   return out;
 }
 
+namespace {
+
+// An opcode's effect on the unpickler's stack, as Python's pickle defines it: `pops` items taken
+// from above the last MARK (-1: all of them, and the MARK), `needs` items that must be there
+// besides (APPEND's list under its item), `pushes` items put back, `mark` whether it is MARK.
+struct StackEffect {
+  int pops = 0;
+  int needs = 0;
+  int pushes = 0;
+  bool mark = false;
+};
+
+StackEffect stack_effect(unsigned char op) {
+  switch (op) {
+    case '(': return {0, 0, 0, true};                                   // MARK
+    case '.': case '0': return {1, 0, 0};                               // STOP POP
+    case '1': return {-1, 0, 0};                                        // POP_MARK
+    case '2': return {0, 1, 1};                                         // DUP
+    case 'q': case 'r': case 'p': case 0x94: return {0, 1, 0};         // BINPUT LONG_BINPUT PUT MEMOIZE
+    case 0x85: case 'Q': case 0x98: case 0x99: return {1, 0, 1};       // TUPLE1 BINPERSID READONLY/WRITABLE_BUFFER
+    case 0x86: case 0x93: case 'R': case 0x81: return {2, 0, 1};       // TUPLE2 STACK_GLOBAL REDUCE NEWOBJ
+    case 0x87: case 0x92: return {3, 0, 1};                             // TUPLE3 NEWOBJ_EX
+    case 'a': case 'b': return {1, 1, 0};                               // APPEND BUILD
+    case 's': return {2, 1, 0};                                         // SETITEM
+    case 't': case 'l': case 'd': case 'o': case 'i': case 0x91: return {-1, 0, 1};  // TUPLE LIST DICT OBJ INST FROZENSET
+    case 'e': case 'u': case 0x90: return {-1, 1, 0};                   // APPENDS SETITEMS ADDITEMS
+    case 0x80: case 0x95: return {};                                    // PROTO FRAME
+    default: return {0, 0, 1};                                          // every other opcode pushes one value
+  }
+}
+
+}  // namespace
+
 void check_pickle(const std::string& path, const unsigned char* data, size_t size) {
-  // Python's pickle opcodes (pickletools) by the argument that follows them.
+  // Python's pickle opcodes (pickletools) by the argument that follows them, and their stack
+  // effects: LibTorch's unpickler pops without looking (an empty stack is a wild write).
   size_t at = 0;
   uint64_t memo_entries = 0;
+  int64_t depth = 0;            // items on the stack, marks left out
+  std::vector<int64_t> marks;   // the depth at each open MARK
   while (at < size) {
     const size_t op_at = at;
     const unsigned char op = data[at++];
     const uint64_t left = size - at;
+    const StackEffect effect = stack_effect(op);
+    const int64_t base = marks.empty() ? 0 : marks.back();  // the depth at the last MARK
+    bool short_of_values = false;
+    if (effect.pops < 0) {  // everything above the last MARK, and the MARK
+      if (marks.empty())
+        raise<DataError>("{} is damaged and was not used: data.pkl: opcode 0x{:02x} at byte {} needs a MARK before it",
+                         path, op, op_at);
+      marks.pop_back();
+      short_of_values = base - (marks.empty() ? 0 : marks.back()) < effect.needs;
+      depth = base + effect.pushes;
+    } else {
+      short_of_values = depth - base < effect.pops + effect.needs;
+      depth += effect.pushes - effect.pops;
+    }
+    if (short_of_values)
+      raise<DataError>("{} is damaged and was not used: data.pkl: opcode 0x{:02x} at byte {} takes more values than "
+                       "the stack holds",
+                       path, op, op_at);
+    if (effect.mark) marks.push_back(depth);
     uint64_t skip = 0;  // argument bytes
     int lines = 0;      // arguments ended by '\n'
     switch (op) {

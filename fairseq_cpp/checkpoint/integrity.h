@@ -38,7 +38,9 @@ std::map<std::string, uint64_t> verify_file(const std::string& path);
 std::string one_line(std::string_view text);
 
 // Throws DataError (one line) when the pickle `data` (a checkpoint's data.pkl) has an opcode
-// whose argument runs past its end: LibTorch's unpickler would allocate the length it claims.
+// whose argument runs past its end (LibTorch's unpickler would allocate the length it claims), or
+// one that takes more values than the stack holds, or a MARK that is not there (it would pop an
+// empty stack).
 void check_pickle(const std::string& path, const unsigned char* data, size_t size);
 
 // Passes a zip's bytes on to `sink`, hashing them, and finish() ends the file with the digest as

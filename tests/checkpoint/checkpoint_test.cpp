@@ -229,7 +229,8 @@ std::string tensor_pickle(int numel, int size) {
 }
 
 // Found by fuzz_checkpoint_records (fuzz/README.md): pickles behind intact CRCs and digest that
-// made LibTorch allocate what they claim, read past a record, or throw std::out_of_range.
+// made LibTorch allocate what they claim, read past a record, throw std::out_of_range, or pop an
+// empty stack.
 TEST(Checkpoint, CraftedPicklesAreRefusedWithOneLine) {
   testing::TempDir dir;
   const std::string floats(16, '\0');
@@ -244,6 +245,11 @@ TEST(Checkpoint, CraftedPicklesAreRefusedWithOneLine) {
            {"length", std::string("\x80\x02X\xff\xff\xff\x7f.", 8), "opcode 0x58 at byte 2 runs past the end"},
            {"get", std::string("\x80\x02h\x05.", 5), "not a fairseq-cpp checkpoint"},
            {"global", "\x80\x02" "ctorch._utils\n_rebuild\r_tensor_v2\n.", "not a fairseq-cpp checkpoint"},
+           // LibTorch's unpickler pops without looking: NEWOBJ on an empty stack wrote out of bounds.
+           {"newobj", "\x80\x02\x81.", "opcode 0x81 at byte 2 takes more values than the stack holds"},
+           {"tuple", "\x80\x02}t.", "opcode 0x74 at byte 3 needs a MARK before it"},
+           {"appends", "\x80\x02(K\x01" "e.", "opcode 0x65 at byte 5 takes more values than the stack holds"},
+           {"stop", "\x80\x02.", "opcode 0x2e at byte 2 takes more values than the stack holds"},
        }) {
     const std::string text = expect_error_text([&, &pickle = pickle] { load_file(write(name, pickle)); });
     EXPECT_NE(text.find(expected), std::string::npos) << name << ": " << text;

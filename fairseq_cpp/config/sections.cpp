@@ -101,7 +101,9 @@ void describe(DatasetConfig& c, Section& s) {
 
 void describe(TaskConfig& c, Section& s) {
   s.add("_name", &c._name, "task").one_of({"translation"}).with_flag("task");
-  s.add("data", &c.data, "binarized data directory (fairseq-preprocess --destdir)");
+  s.add("data", &c.data,
+        "binarized data directory (fairseq-preprocess --destdir); colon-separated directories are trained on in "
+        "turn, one per epoch (validation uses the first)");
   s.add("source_lang", &c.source_lang, "source language (empty = infer from the data files)");
   s.add("target_lang", &c.target_lang, "target language (empty = infer from the data files)");
   s.add("left_pad_source", &c.left_pad_source, "pad the source on the left");
@@ -109,6 +111,7 @@ void describe(TaskConfig& c, Section& s) {
   s.add("max_source_positions", &c.max_source_positions, "maximum source length in tokens").greater_than(0);
   s.add("max_target_positions", &c.max_target_positions, "maximum target length in tokens").greater_than(0);
   s.add("truncate_source", &c.truncate_source, "truncate sources to max_source_positions");
+  s.add("upsample_primary", &c.upsample_primary, "amount to upsample the primary dataset").at_least(1);
   s.add("eval_bleu", &c.eval_bleu, "compute BLEU during validation");
   s.add("eval_bleu_detok", &c.eval_bleu_detok, "detokenizer to apply before BLEU ('space' = none)")
       .one_of({"space", "moses"});
@@ -237,8 +240,7 @@ void describe(GenerationConfig& c, Section& s) {
   s.add("max_len_a", &c.max_len_a, "maximum output length is a * source length + b").at_least(0);
   s.add("max_len_b", &c.max_len_b, "maximum output length is a * source length + b").at_least(0);
   s.add("min_len", &c.min_len, "minimum output length").at_least(0);
-  s.add("match_source_len", &c.match_source_len, "outputs must have the source length")
-      .not_yet("fairseq-cpp's beam search does not force output lengths yet");
+  s.add("match_source_len", &c.match_source_len, "outputs must have the source length");
   s.add("unnormalized", &c.unnormalized, "compare unnormalized hypothesis scores");
   s.add("lenpen", &c.lenpen, "length penalty: < 1 favours shorter, > 1 longer outputs");
   s.add("unkpen", &c.unkpen, "unknown word penalty: < 0 gives more unks, > 0 fewer");
@@ -251,6 +253,8 @@ void describe(GenerationConfig& c, Section& s) {
   s.add("sampling_topp", &c.sampling_topp, "sample from the smallest set with this probability mass (< 0 = off)")
       .in_range(-1, 1);
   s.add("temperature", &c.temperature, "softmax temperature for generation").greater_than(0);
+  s.add("diverse_beam_groups", &c.diverse_beam_groups, "number of groups for diverse beam search (<= 0 = off)");
+  s.add("diverse_beam_strength", &c.diverse_beam_strength, "strength of diverse beam search's diversity penalty");
 }
 
 void describe(PreprocessConfig& c, Section& s) {
@@ -414,6 +418,22 @@ void check_consistency(const Config& cfg, std::vector<std::string>& errors) {
   if (cfg.generation.nbest > cfg.generation.beam) {
     errors.push_back("`generation.nbest` must be at most `generation.beam` (" + str(cfg.generation.beam) +
                      "), but is " + str(cfg.generation.nbest) + " instead.");
+  }
+  const GenerationConfig& gen = cfg.generation;
+  if (gen.diverse_beam_groups > 0 && gen.beam % gen.diverse_beam_groups != 0) {
+    errors.push_back("`generation.diverse_beam_groups` must divide `generation.beam` (" + str(gen.beam) + "), but is " +
+                     str(gen.diverse_beam_groups) + " instead.");
+  }
+  // fairseq's build_generator: "Provided Search parameters are mutually exclusive."
+  if (gen.diverse_beam_groups > 0 && (gen.sampling || gen.match_source_len)) {
+    errors.push_back(std::string("`generation.diverse_beam_groups` must be -1 (off) with `generation.") +
+                     (gen.sampling ? "sampling" : "match_source_len") + "`, which chooses another search, but is " +
+                     str(gen.diverse_beam_groups) + " instead.");
+  }
+  if (gen.sampling && gen.match_source_len) {
+    errors.push_back(
+        "`generation.match_source_len` must be false with `generation.sampling`, which chooses another search, but "
+        "is true instead.");
   }
   if (cfg.optimization.lr.empty()) {
     errors.push_back("`optimization.lr` must have at least one value, but is empty instead.");

@@ -96,7 +96,7 @@ void describe(DatasetConfig& c, Section& s);
 // `task`: translation task (fairseq/tasks/translation.py).
 struct TaskConfig {
   std::string _name = "translation";      // task name; only "translation"
-  std::string data;                       // binarized data directory (fairseq-preprocess --destdir)
+  std::string data;                       // data-bin directory; "bin1:bin2:..." = epoch e trains on bin((e-1) mod N)
   std::string source_lang;                // source language code; empty = infer from the data file names
   std::string target_lang;                // target language code; empty = infer from the data file names
   bool left_pad_source = true;            // pad source sentences on the left
@@ -104,6 +104,7 @@ struct TaskConfig {
   int64_t max_source_positions = 1024;    // max source length, in tokens
   int64_t max_target_positions = 1024;    // max target length, in tokens
   bool truncate_source = false;           // truncate sources to max_source_positions instead of skipping
+  int64_t upsample_primary = 1;           // with train1, train2, ...: train is repeated N times
   bool eval_bleu = false;                 // compute BLEU on validation (beam search over the valid set)
   std::string eval_bleu_detok = "space";  // detokenizer before BLEU; "space" = none
   std::string eval_bleu_remove_bpe;       // remove this BPE before BLEU ("@@ ", "sentencepiece"); "" = none
@@ -226,7 +227,7 @@ struct GenerationConfig {
   double max_len_a = 0.0;            // max output length = a * source length + b
   int64_t max_len_b = 200;           // max output length = a * source length + b
   int64_t min_len = 1;               // min output length, in tokens
-  bool match_source_len = false;     // outputs have exactly the source length
+  bool match_source_len = false;     // outputs have exactly the source length (src_lengths, with </s>)
   bool unnormalized = false;         // compare hypotheses by unnormalized scores
   double lenpen = 1.0;               // length penalty: < 1 favours shorter, > 1 longer outputs
   double unkpen = 0.0;               // unknown-word penalty: < 0 more unks, > 0 fewer
@@ -238,6 +239,9 @@ struct GenerationConfig {
   int64_t sampling_topk = -1;        // sample from the top K words; -1 = all words
   double sampling_topp = -1.0;       // sample from the smallest set with this probability mass; < 0 = off
   double temperature = 1.0;          // softmax temperature
+  int64_t diverse_beam_groups = -1;  // diverse beam search with this many groups (a divisor of beam); <= 0 = off
+  // diverse beam search's penalty per earlier group's candidate with the same word, at each step
+  double diverse_beam_strength = 0.5;
 };
 void describe(GenerationConfig& c, Section& s);
 

@@ -94,11 +94,35 @@ int64_t EpochIterator::global_batches() const {
 
 EpochBatchIterator::EpochBatchIterator(std::vector<std::vector<int64_t>> batches, BatchLoader loader,
                                        EpochBatchIteratorOptions options)
-    : batches_(std::move(batches)), loader_(std::move(loader)), options_(options) {
+    : EpochBatchIterator(1, nullptr, options) {
+  batches_ = std::move(batches);
+  loader_ = std::move(loader);
+  loaded_shard_ = 0;
+}
+
+EpochBatchIterator::EpochBatchIterator(int64_t data_shards, DataShardLoader load_data_shard,
+                                       EpochBatchIteratorOptions options)
+    : data_shards_(data_shards), load_data_shard_(std::move(load_data_shard)), options_(options) {
   if (options_.num_shards < 1) raise<UserError>("num_shards must be at least 1, but is {}", options_.num_shards);
   if (options_.shard_id < 0 || options_.shard_id >= options_.num_shards) {
     raise<UserError>("shard_id must be in [0, {}), but is {}", options_.num_shards, options_.shard_id);
   }
+  if (data_shards_ < 1) raise<UserError>("data_shards must be at least 1, but is {}", data_shards_);
+}
+
+void EpochBatchIterator::load_data_of(int64_t epoch) {
+  const int64_t shard = data_shard_of_epoch(epoch, data_shards_);
+  if (shard == loaded_shard_) return;
+  // The previous directory's batches go first: one data set in memory at a time (an epoch
+  // iterator still running keeps its own batches and loader).
+  batches_.clear();
+  batches_.shrink_to_fit();
+  loader_ = nullptr;
+  loaded_shard_ = -1;
+  EpochData data = load_data_shard_(shard);
+  batches_ = std::move(data.batches);
+  loader_ = std::move(data.loader);
+  loaded_shard_ = shard;
 }
 
 int64_t EpochBatchIterator::size() const {
@@ -106,14 +130,15 @@ int64_t EpochBatchIterator::size() const {
   return (n + options_.num_shards - 1) / options_.num_shards;
 }
 
-std::vector<std::vector<int64_t>> EpochBatchIterator::epoch_batches(int64_t epoch, bool shuffle) const {
+std::vector<std::vector<int64_t>> EpochBatchIterator::epoch_batches(int64_t epoch, bool shuffle) {
+  load_data_of(epoch);
   std::vector<std::vector<int64_t>> batches = batches_;
   if (shuffle) NumpyRandom(static_cast<uint32_t>(options_.seed + epoch)).shuffle(batches);
   return batches;
 }
 
-std::unique_ptr<EpochIterator> EpochBatchIterator::make_iterator(int64_t epoch, bool shuffle,
-                                                                 int64_t global_offset) const {
+std::unique_ptr<EpochIterator> EpochBatchIterator::make_iterator(int64_t epoch, bool shuffle, int64_t global_offset) {
+  load_data_of(epoch);
   const auto total = static_cast<int64_t>(batches_.size());
   if (global_offset > 0 && global_offset >= total) return nullptr;
   auto all = epoch_batches(epoch, shuffle);
@@ -154,11 +179,22 @@ IteratorState EpochBatchIterator::state() const {
   IteratorState s;
   s.epoch = epoch_;
   s.shuffle = shuffle_;
+  s.data_shard = data_shard_of_epoch(epoch_, data_shards_);
+  s.data_shards = data_shards_;
   if (current_) {
     s.global_batches = current_->global_batches();
   } else if (pending_) {
     s.global_batches = pending_->global_batches();
   }
+  return s;
+}
+
+IteratorState EpochBatchIterator::next_epoch_state() const {
+  IteratorState s;
+  s.epoch = epoch_ + 1;
+  s.shuffle = shuffle_;
+  s.data_shard = data_shard_of_epoch(s.epoch, data_shards_);
+  s.data_shards = data_shards_;
   return s;
 }
 

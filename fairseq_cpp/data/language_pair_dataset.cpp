@@ -3,23 +3,42 @@
 #include <torch/torch.h>
 
 #include <algorithm>
+#include <filesystem>
 #include <numeric>
+#include <utility>
+
+#include <fmt/format.h>
 
 #include "fairseq_cpp/core/errors.h"
+#include "fairseq_cpp/core/logging.h"
 
 namespace fairseq_cpp::data {
+namespace fs = std::filesystem;
 
 LanguagePairDataset::LanguagePairDataset(std::shared_ptr<const IndexedDataset> src,
                                          std::shared_ptr<const IndexedDataset> tgt, LanguagePairOptions options)
+    : LanguagePairDataset(ConcatDataset(std::move(src)),
+                          tgt ? std::optional<ConcatDataset>(ConcatDataset(std::move(tgt))) : std::nullopt, options) {}
+
+LanguagePairDataset::LanguagePairDataset(ConcatDataset src, std::optional<ConcatDataset> tgt,
+                                         LanguagePairOptions options)
     : src_(std::move(src)), tgt_(std::move(tgt)), options_(options) {
-  src_sizes_ = src_->lengths();
+  src_sizes_ = src_.lengths();
   if (options_.truncate_source > 0)
     for (int64_t& size : src_sizes_) size = std::min(size, options_.truncate_source);
   if (tgt_) {
-    if (tgt_->size() != src_->size()) {
-      raise<DataError>("{}: {} sentences, but {} has {}; expected one target per source",
-                       index_file_path(tgt_->prefix()), tgt_->size(), index_file_path(src_->prefix()), src_->size());
+    bool same_parts = tgt_->num_parts() == src_.num_parts();
+    for (size_t k = 0; same_parts && k < src_.num_parts(); ++k) {
+      same_parts = tgt_->sample_ratio(k) == src_.sample_ratio(k);
+      if (same_parts && tgt_->part(k).size() != src_.part(k).size()) {
+        raise<DataError>("{}: {} sentences, but {} has {}; expected one target per source",
+                         index_file_path(tgt_->part(k).prefix()), tgt_->part(k).size(),
+                         index_file_path(src_.part(k).prefix()), src_.part(k).size());
+      }
     }
+    if (!same_parts)
+      raise<DataError>("{}: the target side is not concatenated as the source side {}",
+                       index_file_path(tgt_->part(0).prefix()), index_file_path(src_.part(0).prefix()));
     tgt_sizes_ = tgt_->lengths();
   }
 }
@@ -40,21 +59,61 @@ void check_token_ids(const IndexedDataset& dataset, int64_t dict_size, const std
   }
 }
 
+namespace {
+
+std::string split_prefix(const std::string& dir, const std::string& split, const std::string& src_lang,
+                         const std::string& tgt_lang, const std::string& lang) {
+  return dir + "/" + split + "." + src_lang + "-" + tgt_lang + "." + lang;
+}
+
+// One split's sides, each checked against its dictionary; the target is null without a target language.
+std::pair<std::shared_ptr<const IndexedDataset>, std::shared_ptr<const IndexedDataset>> load_sides(
+    const std::string& dir, const std::string& split, const std::string& src_lang, const std::string& tgt_lang,
+    const Dictionary& src_dict, const Dictionary& tgt_dict) {
+  auto src = std::make_shared<const IndexedDataset>(split_prefix(dir, split, src_lang, tgt_lang, src_lang));
+  check_token_ids(*src, src_dict.size(), dir + "/dict." + src_lang + ".txt");
+  std::shared_ptr<const IndexedDataset> tgt;
+  if (!tgt_lang.empty()) {
+    tgt = std::make_shared<const IndexedDataset>(split_prefix(dir, split, src_lang, tgt_lang, tgt_lang));
+    check_token_ids(*tgt, tgt_dict.size(), dir + "/dict." + tgt_lang + ".txt");
+  }
+  return {std::move(src), std::move(tgt)};
+}
+
+}  // namespace
+
 LanguagePairDataset LanguagePairDataset::load(const std::string& dir, const std::string& split,
                                               const std::string& src_lang, const std::string& tgt_lang,
                                               const Dictionary& src_dict, const Dictionary& tgt_dict,
                                               LanguagePairOptions options) {
-  auto prefix = [&](const std::string& lang) {
-    return dir + "/" + split + "." + src_lang + "-" + tgt_lang + "." + lang;
-  };
-  auto src = std::make_shared<const IndexedDataset>(prefix(src_lang));
-  check_token_ids(*src, src_dict.size(), dir + "/dict." + src_lang + ".txt");
-  std::shared_ptr<const IndexedDataset> tgt;
-  if (!tgt_lang.empty()) {
-    tgt = std::make_shared<const IndexedDataset>(prefix(tgt_lang));
-    check_token_ids(*tgt, tgt_dict.size(), dir + "/dict." + tgt_lang + ".txt");
-  }
+  auto [src, tgt] = load_sides(dir, split, src_lang, tgt_lang, src_dict, tgt_dict);
   return LanguagePairDataset(std::move(src), std::move(tgt), options);
+}
+
+LanguagePairDataset LanguagePairDataset::load_combined(const std::string& dir, const std::string& split,
+                                                       const std::string& src_lang, const std::string& tgt_lang,
+                                                       const Dictionary& src_dict, const Dictionary& tgt_dict,
+                                                       int64_t upsample_primary, LanguagePairOptions options) {
+  std::vector<std::shared_ptr<const IndexedDataset>> srcs, tgts;
+  for (int k = 0;; ++k) {
+    const std::string split_k = k == 0 ? split : split + std::to_string(k);
+    const std::string prefix = split_prefix(dir, split_k, src_lang, tgt_lang, src_lang);
+    std::error_code ec;
+    // As fairseq: the first one missing ends the list; a missing <split> itself is an error (the
+    // loader names the file).
+    if (k > 0 && !(fs::exists(index_file_path(prefix), ec) && fs::exists(data_file_path(prefix), ec))) break;
+    auto [src, tgt] = load_sides(dir, split_k, src_lang, tgt_lang, src_dict, tgt_dict);
+    log::info("data", "{} {} {}-{} {} examples", dir, split_k, src_lang, tgt_lang, src->size());
+    srcs.push_back(std::move(src));
+    if (tgt) tgts.push_back(std::move(tgt));
+  }
+  // fairseq's sample_ratios: the primary (<split>) upsample_primary times, the others once; a split
+  // alone is used as it is.
+  std::vector<int64_t> ratios(srcs.size(), 1);
+  if (srcs.size() > 1) ratios[0] = upsample_primary;
+  std::optional<ConcatDataset> tgt;
+  if (!tgts.empty()) tgt.emplace(std::move(tgts), ratios);
+  return LanguagePairDataset(ConcatDataset(std::move(srcs), ratios), std::move(tgt), options);
 }
 
 std::vector<int64_t> LanguagePairDataset::num_tokens() const {
@@ -73,7 +132,7 @@ Batch LanguagePairDataset::collate(const std::vector<int64_t>& indices) const {
   std::stable_sort(order.begin(), order.end(), [&](size_t a, size_t c) {
     return src_sizes_[static_cast<size_t>(indices[a])] > src_sizes_[static_cast<size_t>(indices[c])];
   });
-  auto fill = [&](const IndexedDataset& ds, const std::vector<int64_t>& sizes, bool left_pad, at::Tensor& tokens,
+  auto fill = [&](const ConcatDataset& ds, const std::vector<int64_t>& sizes, bool left_pad, at::Tensor& tokens,
                   at::Tensor* shifted) {
     int64_t width = 0;
     for (int64_t i : indices) width = std::max(width, sizes[static_cast<size_t>(i)]);
@@ -109,7 +168,7 @@ Batch LanguagePairDataset::collate(const std::vector<int64_t>& indices) const {
     ids[row] = i;
     lengths[row] = src_sizes_[static_cast<size_t>(i)];
   }
-  fill(*src_, src_sizes_, options_.left_pad_source, b.src_tokens, nullptr);
+  fill(src_, src_sizes_, options_.left_pad_source, b.src_tokens, nullptr);
   if (tgt_) {
     fill(*tgt_, tgt_sizes_, options_.left_pad_target, b.target, &b.prev_output_tokens);
     for (int64_t i : indices) b.ntokens += tgt_sizes_[static_cast<size_t>(i)];
@@ -126,6 +185,54 @@ std::vector<std::vector<int64_t>> LanguagePairDataset::make_batches(uint32_t see
   auto indices = ordered_indices(src_sizes_, tgt_sizes_, shuffle, seed);
   indices = filter_by_size(indices, src_sizes_, tgt_sizes_, filter);
   return batch_by_size(indices, num_tokens(), batching);
+}
+
+std::vector<std::string> split_paths(const std::string& data) {
+  std::vector<std::string> paths;
+  for (size_t start = 0; start <= data.size();) {
+    size_t colon = std::min(data.find(':', start), data.size());
+    if (colon > start) paths.push_back(data.substr(start, colon - start));
+    start = colon + 1;
+  }
+  return paths;
+}
+
+void check_data_directories(const std::vector<std::string>& paths, const std::string& split,
+                            const std::string& src_lang, const std::string& tgt_lang) {
+  for (const std::string& dir : paths) {
+    for (const std::string& lang : {src_lang, tgt_lang}) {
+      const std::string prefix = split_prefix(dir, split, src_lang, tgt_lang, lang);
+      for (const std::string& file : {index_file_path(prefix), data_file_path(prefix)}) {
+        std::error_code ec;
+        if (!fs::exists(file, ec))
+          raise<DataError>(
+              "{} does not exist; every data directory needs its own {} split (validation reads the "
+              "first only)",
+              file, split);
+      }
+    }
+  }
+  for (const std::string& lang : {src_lang, tgt_lang}) {
+    const std::string name = "dict." + lang + ".txt";
+    const std::string first_path = (fs::path(paths.at(0)) / name).string();
+    const Dictionary first = Dictionary::load(first_path);
+    for (size_t p = 1; p < paths.size(); ++p) {
+      const std::string path = (fs::path(paths[p]) / name).string();
+      const Dictionary other = Dictionary::load(path);
+      int64_t differs = -1;
+      for (int64_t id = 0; differs < 0 && id < std::min(first.size(), other.size()); ++id)
+        if (first.symbol(id) != other.symbol(id)) differs = id;
+      if (differs < 0 && first.size() == other.size()) continue;
+      const std::string why = differs >= 0
+                                  ? fmt::format("symbol {} is '{}' here but '{}' in {}", differs, other.symbol(differs),
+                                                first.symbol(differs), first_path)
+                                  : fmt::format("{} symbols here but {} in {}", other.size(), first.size(), first_path);
+      raise<DataError>(
+          "{}: {}; every data directory must be binarized with the first one's dictionaries (training reads "
+          "them there only): fairseq-cpp-preprocess --srcdict/--tgtdict {}/dict.LANG.txt",
+          path, why, paths[0]);
+    }
+  }
 }
 
 }  // namespace fairseq_cpp::data

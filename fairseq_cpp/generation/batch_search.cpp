@@ -164,7 +164,9 @@ void search_batches(const SequenceGenerator& generator, models::EncoderDecoderMo
   std::vector<Part> parts;
   for (size_t i = 0; i < batches.size(); ++i) {
     const int64_t rows = batches[i].src_tokens.size(0);
-    const int64_t n = generator.options().sampling ? 1 : std::max<int64_t>(1, std::min<int64_t>(workers, rows));
+    // Sampling draws its random stream per batch; match_source_len's longest output is the batch's.
+    const bool whole = generator.options().sampling || generator.options().match_source_len;
+    const int64_t n = whole ? 1 : std::max<int64_t>(1, std::min<int64_t>(workers, rows));
     for (int64_t p = 0; p < n; ++p) parts.push_back({i, static_cast<size_t>(p), n});
   }
   // Too few parts to keep every worker busy (one sentence at a time in fairseq-cpp-interactive),

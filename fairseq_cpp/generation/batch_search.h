@@ -9,8 +9,9 @@
 // (beam search treats every sentence on its own, so the hypotheses are those of the whole batch),
 // the parts of all batches form one queue, and the caller receives each batch's hypotheses, in
 // batch order, as soon as its parts are done. Sampling keeps whole batches (its random stream
-// is drawn per batch); one worker, fewer parts than workers, or a model off the CPU: the batches
-// one by one on all intra-op threads.
+// is drawn per batch), and so does match_source_len (the batch's longest source bounds every
+// output); one worker, fewer parts than workers, or a model off the CPU: the batches one by one on
+// all intra-op threads.
 //
 //   search_batches(generator, model, batches, /*workers=*/2, [&](size_t i, Hypotheses&& h) { ... });
 

@@ -124,6 +124,28 @@ Candidates beam_search_step(int64_t step, const at::Tensor& lprobs, const at::Te
   return {scores, indices.remainder(vocab), indices.div(vocab, "floor")};
 }
 
+Candidates diverse_beam_search_step(int64_t step, const at::Tensor& lprobs, const at::Tensor& cumulative,
+                                    int64_t groups, double strength) {
+  const int64_t bsz = lprobs.size(0), beam = lprobs.size(1);
+  // (B, V): how many candidates of the groups so far chose each word.
+  at::Tensor chosen = torch::zeros({bsz, lprobs.size(2)}, lprobs.options());
+  std::vector<at::Tensor> scores, tokens, beams;
+  for (int64_t g = 0; g < groups; ++g) {
+    at::Tensor group_lprobs = lprobs.slice(1, g, beam, groups);  // (B, K, V) -> (B, K / G, V)
+    // lprobs - strength * chosen, as fairseq's torch.add(..., alpha=-strength).
+    group_lprobs = g == 0 ? group_lprobs.contiguous() : at::add(group_lprobs, chosen.unsqueeze(1), -strength);
+    at::Tensor group_cumulative = step == 0 ? at::Tensor() : cumulative.slice(1, g, beam, groups);
+    Candidates c = beam_search_step(step, group_lprobs, group_cumulative);
+    chosen.scatter_add_(1, c.tokens, torch::ones(c.tokens.sizes(), chosen.options()));
+    scores.push_back(c.scores);
+    tokens.push_back(c.tokens);
+    beams.push_back(c.beams * groups + g);  // the group's hypothesis i is hypothesis i * G + g
+  }
+  // G x (B, C / G) -> (B, C / G, G) -> (B, C): candidate i of group g at column i * G + g.
+  auto interleave = [bsz](const std::vector<at::Tensor>& parts) { return torch::stack(parts, 2).view({bsz, -1}); };
+  return {interleave(scores), interleave(tokens), interleave(beams)};
+}
+
 Candidates sampling_step(int64_t step, const at::Tensor& lprobs, const at::Tensor& cumulative,
                          const SamplingOptions& options, const at::Generator& generator_in) {
   c10::optional<at::Generator> generator;

@@ -56,6 +56,7 @@ GeneratorOptions generator_options(const config::GenerationConfig& g, uint64_t s
   o.beam = g.beam;
   o.max_len_a = g.max_len_a;
   o.max_len_b = g.max_len_b;
+  o.match_source_len = g.match_source_len;
   o.min_len = g.min_len;
   o.normalize_scores = !g.unnormalized;
   o.lenpen = g.lenpen;
@@ -65,6 +66,8 @@ GeneratorOptions generator_options(const config::GenerationConfig& g, uint64_t s
   o.sampling = g.sampling;
   o.sampling_topk = g.sampling_topk;
   o.sampling_topp = g.sampling_topp;
+  o.diverse_beam_groups = g.diverse_beam_groups;
+  o.diverse_beam_strength = g.diverse_beam_strength;
   o.seed = seed;
   return o;
 }
@@ -81,6 +84,14 @@ SequenceGenerator::SequenceGenerator(const GeneratorOptions& options, const Voca
   if (options_.temperature <= 0) {
     raise<UserError>("`temperature` must be greater than 0, but is {} instead.", options_.temperature);
   }
+  const bool diverse = options_.diverse_beam_groups > 0;
+  if (int{options_.sampling} + int{diverse} + int{options_.match_source_len} > 1) {
+    raise<UserError>("--sampling, --diverse-beam-groups and --match-source-len each choose the search; use one");
+  }
+  if (diverse && options_.beam % options_.diverse_beam_groups != 0) {
+    raise<UserError>("`diverse_beam_groups` must divide `beam` ({}), but is {} instead.", options_.beam,
+                     options_.diverse_beam_groups);
+  }
 }
 
 std::vector<std::vector<Hypothesis>> SequenceGenerator::generate(models::EncoderDecoderModel& model,
@@ -94,11 +105,19 @@ std::vector<std::vector<Hypothesis>> SequenceGenerator::generate(models::Encoder
   const int64_t vocab = vocab_.size;
   const int64_t eos = vocab_.eos, pad = vocab_.pad;
   int64_t bsz = src_tokens.size(0);
-  const int64_t max_len = std::min(static_cast<int64_t>(options_.max_len_a * static_cast<double>(src_tokens.size(1)) +
-                                                        static_cast<double>(options_.max_len_b)),
-                                   model.max_target_positions() - 1);
   const auto device = src_tokens.device();
   const auto long_options = torch::TensorOptions().dtype(torch::kInt64).device(device);
+  at::Tensor source_lengths = src_lengths.to(long_options);  // (B) of the sentences still searched
+  const int64_t max_len =
+      options_.match_source_len
+          ? source_lengths.max().item<int64_t>()
+          : std::min(static_cast<int64_t>(options_.max_len_a * static_cast<double>(src_tokens.size(1)) +
+                                          static_cast<double>(options_.max_len_b)),
+                     model.max_target_positions() - 1);
+  if (options_.min_len > max_len) {
+    raise<UserError>("`min_len` must be at most the longest output allowed ({} tokens), but is {} instead.", max_len,
+                     options_.min_len);
+  }
 
   at::Generator rng;
   if (options_.sampling) rng = at::detail::createCPUGenerator(options_.seed);
@@ -135,6 +154,7 @@ std::vector<std::vector<Hypothesis>> SequenceGenerator::generate(models::Encoder
     at::Tensor score_cpu = eos_scores.to(torch::kCPU).contiguous();
     at::Tensor tok_cpu = hyp_tokens.to(torch::kCPU).contiguous();
     at::Tensor pos_cpu = pos.to(torch::kCPU).contiguous();
+    at::Tensor lengths_cpu = options_.match_source_len ? source_lengths.to(torch::kCPU) : at::Tensor();
     // Unfinished row -> sentence: sentences already finished were dropped from the batch.
     std::vector<int64_t> cum_unfin;
     int64_t prev = 0;
@@ -159,6 +179,8 @@ std::vector<std::vector<Hypothesis>> SequenceGenerator::generate(models::Encoder
         h.tokens.assign(t, t + step + 1);
         h.positional_scores.assign(p, p + step + 1);
         h.score = score_cpu.data_ptr<float>()[i];
+        // fairseq (>= 0.12.3): an output longer than its source keeps its place with score -inf.
+        if (lengths_cpu.defined() && step > lengths_cpu.data_ptr<int64_t>()[unfin]) h.score = kNegInf;
         list.push_back(std::move(h));
       }
     }
@@ -235,12 +257,25 @@ std::vector<std::vector<Hypothesis>> SequenceGenerator::generate(models::Encoder
       lprobs.select(1, eos).fill_(kNegInf);
     }
     if (options_.no_repeat_ngram_size > 0) block_repeated_ngrams(tokens, step, options_.no_repeat_ngram_size, lprobs);
+    if (options_.match_source_len) {
+      // fairseq's LengthConstrainedBeamSearch with both lengths = the source length L: </s> is
+      // impossible before step L and costs nothing from step L on (over min_len and prefixes).
+      at::Tensor eos_lprobs = lprobs.select(1, eos);
+      eos_lprobs.fill_(0);
+      eos_lprobs.masked_fill_(source_lengths.repeat_interleave(beam).gt(step), kNegInf);  // (B) -> (N)
+    }
 
     at::Tensor cumulative = step > 0 ? scores.select(1, step - 1).view({bsz, beam}) : at::Tensor();
     at::Tensor lprobs3 = lprobs.view({bsz, beam, vocab});
-    Candidates cand = options_.sampling ? sampling_step(step, lprobs3, cumulative,
-                                                        {options_.sampling_topk, options_.sampling_topp}, rng)
-                                        : beam_search_step(step, lprobs3, cumulative);
+    Candidates cand;
+    if (options_.sampling) {
+      cand = sampling_step(step, lprobs3, cumulative, {options_.sampling_topk, options_.sampling_topp}, rng);
+    } else if (options_.diverse_beam_groups > 0) {
+      cand = diverse_beam_search_step(step, lprobs3, cumulative, options_.diverse_beam_groups,
+                                      options_.diverse_beam_strength);
+    } else {
+      cand = beam_search_step(step, lprobs3, cumulative);
+    }
     const int64_t cand_size = cand.scores.size(1);
     at::Tensor bbsz_offsets = (torch::arange(bsz, long_options) * beam).unsqueeze(1);
     at::Tensor cand_bbsz_idx = cand.beams + bbsz_offsets;
@@ -271,6 +306,7 @@ std::vector<std::vector<Hypothesis>> SequenceGenerator::generate(models::Encoder
       cand.scores = cand.scores.index_select(0, batch_idxs);
       cand.tokens = cand.tokens.index_select(0, batch_idxs);
       if (prefix_tokens.defined()) prefix_tokens = prefix_tokens.index_select(0, batch_idxs);
+      source_lengths = source_lengths.index_select(0, batch_idxs);
       blacklist = blacklist.index_select(0, batch_idxs);
       // (B * K, L) -> (B, K * L), keep rows -> (B' * K, L)
       scores = scores.view({bsz, -1}).index_select(0, batch_idxs).view({new_bsz * beam, -1});

@@ -1,7 +1,8 @@
 #pragma once
-// fairseq v0.9's SequenceGenerator: batched beam search (or sampling) with the decoder's
-// incremental cache. Encodes once, decodes one step at a time, reorders the cache by beam origin,
-// and finalizes a hypothesis when it ends in </s>; a sentence is done with `beam` finished ones.
+// fairseq v0.9's SequenceGenerator: batched beam search (or diverse beam search, or sampling) with
+// the decoder's incremental cache. Encodes once, decodes one step at a time, reorders the cache by
+// beam origin, and finalizes a hypothesis when it ends in </s>; a sentence is done with `beam`
+// finished ones.
 //
 //   SequenceGenerator gen(options, {pad, eos, unk, vocab_size});
 //   auto hypos = gen.generate(model, batch.src_tokens, batch.src_lengths);
@@ -18,19 +19,22 @@
 namespace fairseq_cpp::generation {
 
 struct GeneratorOptions {
-  int64_t beam = 5;                  // beam width (at most vocab_size - 1)
-  double max_len_a = 0.0;            // longest output = min(a * source length + b, max positions - 1)
-  int64_t max_len_b = 200;           // see max_len_a
-  int64_t min_len = 1;               // </s> is masked before this many tokens
-  bool normalize_scores = true;      // divide a hypothesis' score by length^lenpen
-  double lenpen = 1.0;               // length penalty exponent: < 1 favours shorter, > 1 longer outputs
-  double unkpen = 0.0;               // subtracted from <unk>'s log-probability at every step
-  int64_t no_repeat_ngram_size = 0;  // never repeat an n-gram of this size; 0 = off
-  double temperature = 1.0;          // logits are divided by it
-  bool sampling = false;             // sample instead of beam search
-  int64_t sampling_topk = -1;        // sample among the K most likely words; -1 = all
-  double sampling_topp = -1.0;       // sample from the smallest set with this mass; < 0 = off
-  uint64_t seed = 1;                 // sampling's random stream
+  int64_t beam = 5;                    // beam width (at most vocab_size - 1)
+  double max_len_a = 0.0;              // longest output = min(a * source length + b, max positions - 1)
+  int64_t max_len_b = 200;             // see max_len_a
+  bool match_source_len = false;       // instead: each output has src_lengths words, then </s> (fairseq >= 0.12.3)
+  int64_t min_len = 1;                 // </s> is masked before this many tokens
+  bool normalize_scores = true;        // divide a hypothesis' score by length^lenpen
+  double lenpen = 1.0;                 // length penalty exponent: < 1 favours shorter, > 1 longer outputs
+  double unkpen = 0.0;                 // subtracted from <unk>'s log-probability at every step
+  int64_t no_repeat_ngram_size = 0;    // never repeat an n-gram of this size; 0 = off
+  double temperature = 1.0;            // logits are divided by it
+  bool sampling = false;               // sample instead of beam search
+  int64_t sampling_topk = -1;          // sample among the K most likely words; -1 = all
+  double sampling_topp = -1.0;         // sample from the smallest set with this mass; < 0 = off
+  int64_t diverse_beam_groups = -1;    // diverse beam search with this many groups (a divisor of beam); <= 0 = off
+  double diverse_beam_strength = 0.5;  // subtracted per earlier group's candidate with the same word at a step
+  uint64_t seed = 1;                   // sampling's random stream
 };
 
 // The generation keys of the config as the generator's options.

@@ -38,10 +38,11 @@ std::atomic<int> g_stop_signal{0};
 
 void on_stop_signal(int signo) { g_stop_signal.store(signo); }
 
-// The languages: the config's, else the data-bin's file names.
-std::pair<std::string, std::string> language_pair(const config::TaskConfig& task, const std::string& split) {
+// The languages: the config's, else the file names in the data-bin `dir`.
+std::pair<std::string, std::string> language_pair(const config::TaskConfig& task, const std::string& dir,
+                                                  const std::string& split) {
   if (!task.source_lang.empty() && !task.target_lang.empty()) return {task.source_lang, task.target_lang};
-  return infer_languages(task.data, split);
+  return infer_languages(dir, split);
 }
 
 // The running averages behind one progress line (fairseq's train_inner / train / valid meters).
@@ -221,9 +222,12 @@ int train_translation(const config::Config& cfg, distributed::Gang& gang) {
   const auto& task = cfg.task;
   const auto& ckpt_cfg = cfg.checkpoint;
   const auto& optimization = cfg.optimization;
-  if (task.data.empty()) raise<UserError>("`task.data` is not set: give the data-bin directory.");
+  // fairseq's `data`: one data-bin, or several separated by ':' that the epochs train on in turn.
+  const std::vector<std::string> paths = data::split_paths(task.data);
+  if (paths.empty()) raise<UserError>("`task.data` is not set: give the data-bin directory.");
   std::error_code ec;
-  if (!fs::is_directory(task.data, ec)) raise<UserError>("`task.data` {} is not a directory.", task.data);
+  for (const auto& path : paths)
+    if (!fs::is_directory(path, ec)) raise<UserError>("`task.data` {} is not a directory.", path);
   if (cfg.dataset.max_tokens <= 0 && cfg.dataset.batch_size <= 0)
     raise<UserError>("set `dataset.max_tokens` or `dataset.batch_size`: batches need a size.");
   check_metric(ckpt_cfg.best_checkpoint_metric, task.eval_bleu);
@@ -246,13 +250,12 @@ int train_translation(const config::Config& cfg, distributed::Gang& gang) {
   }
   torch::manual_seed(static_cast<uint64_t>(cfg.common.seed));
 
-  // Data.
-  auto [src, tgt] = language_pair(task, cfg.dataset.train_subset);
-  data::Dictionary src_dict = data::Dictionary::load((fs::path(task.data) / ("dict." + src + ".txt")).string());
-  data::Dictionary tgt_dict = data::Dictionary::load((fs::path(task.data) / ("dict." + tgt + ".txt")).string());
+  // Data: languages, dictionaries and validation from the first directory (fairseq's rule).
+  auto [src, tgt] = language_pair(task, paths[0], cfg.dataset.train_subset);
+  data::Dictionary src_dict = data::Dictionary::load((fs::path(paths[0]) / ("dict." + src + ".txt")).string());
+  data::Dictionary tgt_dict = data::Dictionary::load((fs::path(paths[0]) / ("dict." + tgt + ".txt")).string());
+  if (paths.size() > 1) data::check_data_directories(paths, cfg.dataset.train_subset, src, tgt);
   data::LanguagePairOptions pair = language_pair_options(task, task, src_dict);
-  auto train_set = std::make_shared<data::LanguagePairDataset>(
-      data::LanguagePairDataset::load(task.data, cfg.dataset.train_subset, src, tgt, src_dict, tgt_dict, pair));
 
   // Model and numerics.
   models::Vocabularies vocab{src_dict.size(), tgt_dict.size(), src_dict.pad(),
@@ -289,9 +292,15 @@ int train_translation(const config::Config& cfg, distributed::Gang& gang) {
   itr_options.shard_id = gang.rank();
   itr_options.num_workers = cfg.dataset.num_workers;
   itr_options.buffer_size = std::max<int64_t>(1, cfg.dataset.data_buffer_size);
-  data::EpochBatchIterator epoch_itr(
-      train_set->make_batches(static_cast<uint32_t>(cfg.common.seed), true, filter, batching),
-      [train_set](const std::vector<int64_t>& ids) { return train_set->collate(ids); }, itr_options);
+  // Each epoch's batches come from its directory's train, train1, ... (loaded when the epoch starts).
+  auto load_train = [&, src = src, tgt = tgt](int64_t shard) {
+    auto set = std::make_shared<data::LanguagePairDataset>(data::LanguagePairDataset::load_combined(
+        paths[static_cast<size_t>(shard)], cfg.dataset.train_subset, src, tgt, src_dict, tgt_dict,
+        task.upsample_primary, pair));
+    return data::EpochData{set->make_batches(static_cast<uint32_t>(cfg.common.seed), true, filter, batching),
+                           [set](const std::vector<int64_t>& ids) { return set->collate(ids); }};
+  };
+  data::EpochBatchIterator epoch_itr(static_cast<int64_t>(paths.size()), load_train, itr_options);
 
   // Validation batches of this shard.
   std::vector<std::pair<std::string, std::shared_ptr<data::LanguagePairDataset>>> valid_sets;
@@ -302,7 +311,7 @@ int train_translation(const config::Config& cfg, distributed::Gang& gang) {
       std::string name = subsets.substr(start, comma - start);
       if (!name.empty())
         valid_sets.emplace_back(name, std::make_shared<data::LanguagePairDataset>(data::LanguagePairDataset::load(
-                                          task.data, name, src, tgt, src_dict, tgt_dict, pair)));
+                                          paths[0], name, src, tgt, src_dict, tgt_dict, pair)));
       start = comma + 1;
     }
   }
@@ -318,7 +327,13 @@ int train_translation(const config::Config& cfg, distributed::Gang& gang) {
     trainer::RestoreOptions ro{ckpt_cfg.reset_optimizer, ckpt_cfg.reset_lr_scheduler, ckpt_cfg.reset_dataloader,
                                ckpt_cfg.reset_meters};
     state = trainer::restore_checkpoint(checkpoint::load_file(restore), restore, trainer, ro);
-    if (state.iterator.epoch > 0) epoch_itr.load_state(state.iterator);
+    const data::IteratorState& cursor = state.iterator;
+    if (cursor.epoch > 0 && cursor.data_shards != epoch_itr.data_shards())
+      raise<UserError>("{} continues epoch {} on data directory {} of {}, but `task.data` {} lists {}; resume with the "
+                       "directories it was trained on, or start the data from epoch 1 with "
+                       "`checkpoint.reset_dataloader`.",
+                       restore, cursor.epoch, cursor.data_shard + 1, cursor.data_shards, task.data, paths.size());
+    if (cursor.epoch > 0) epoch_itr.load_state(cursor);
     log::info("checkpoint", "loaded {} (epoch {} @ {} updates)", restore, std::max<int64_t>(1, state.iterator.epoch),
               state.num_updates);
   } else if (ckpt_cfg.restore_file != "checkpoint_last.pt") {
@@ -414,7 +429,7 @@ int train_translation(const config::Config& cfg, distributed::Gang& gang) {
   auto sync_state = [&](bool end_of_epoch) {
     state.num_updates = trainer.num_updates();
     state.iterator = epoch_itr.state();
-    if (end_of_epoch) state.iterator = {state.iterator.epoch + 1, 0, state.iterator.shuffle};
+    if (end_of_epoch) state.iterator = epoch_itr.next_epoch_state();
   };
 
   const int64_t max_epoch = optimization.max_epoch > 0 ? optimization.max_epoch : INT64_MAX;
@@ -422,10 +437,11 @@ int train_translation(const config::Config& cfg, distributed::Gang& gang) {
   const auto& update_freqs = optimization.update_freq;
   bool done = trainer.num_updates() >= max_update;
   while (!done) {
+    // Checked first: with sharded data, starting an epoch loads its directory.
+    if (epoch_itr.next_epoch_idx() > max_epoch) break;
     // fairseq's curriculum: the first `curriculum` epochs keep the batches in length order.
-    data::EpochIterator& itr = epoch_itr.next_epoch_itr(epoch_itr.epoch() + 1 > cfg.dataset.curriculum);
+    data::EpochIterator& itr = epoch_itr.next_epoch_itr(epoch_itr.next_epoch_idx() > cfg.dataset.curriculum);
     const int64_t epoch = epoch_itr.epoch();
-    if (epoch > max_epoch) break;
     const int64_t update_freq = update_freqs[std::min<size_t>(static_cast<size_t>(epoch - 1), update_freqs.size() - 1)];
     core::ProgressOptions po;
     po.format = gang.rank() == 0 ? core::parse_log_format(cfg.common.no_progress_bar ? "none" : cfg.common.log_format,

@@ -45,7 +45,9 @@ data::LanguagePairOptions language_pair_options(const config::TaskConfig& traine
 
 Translation load_translation(const config::Config& cli, const std::string& split) {
   Translation t;
-  t.data_dir = cli.task.data;
+  // Several data directories (bin1:bin2, sharded training data): generation reads the first, as fairseq's does.
+  const std::vector<std::string> data_dirs = data::split_paths(cli.task.data);
+  t.data_dir = data_dirs.empty() ? std::string() : data_dirs[0];
   const std::string& path = cli.common_eval.path;
   if (t.data_dir.empty()) raise<UserError>("no data directory given: the first argument is the data-bin DATA");
   if (path.empty()) raise<UserError>("no checkpoint given: use --path CHECKPOINT");

@@ -34,7 +34,9 @@ std::vector<std::string> split_commas(const std::string& text) {
 }  // namespace
 
 std::vector<SubsetLoss> validate(const config::Config& cli) {
-  const std::string& data_dir = cli.task.data;
+  // Several data directories (bin1:bin2): validation reads the first, as in training.
+  const std::vector<std::string> data_dirs = data::split_paths(cli.task.data);
+  const std::string data_dir = data_dirs.empty() ? std::string() : data_dirs[0];
   const std::string& path = cli.common_eval.path;
   if (data_dir.empty()) raise<UserError>("no data directory given: fairseq-cpp-eval validate DATA --path CKPT");
   if (path.empty()) raise<UserError>("no checkpoint given: use --path CHECKPOINT");

@@ -40,6 +40,8 @@ checkpoint::StateDict make_checkpoint(Trainer& trainer, const TrainingState& sta
   iterator.insert("epoch", state.iterator.epoch);
   iterator.insert("global_batches", state.iterator.global_batches);
   iterator.insert("shuffle", state.iterator.shuffle);
+  iterator.insert("data_shard", state.iterator.data_shard);
+  iterator.insert("data_shards", state.iterator.data_shards);
   checkpoint::StateDict extra = checkpoint::new_state_dict();
   extra.insert("train_iterator", iterator);
   extra.insert("num_updates", state.num_updates);
@@ -69,6 +71,9 @@ TrainingState restore_checkpoint(const checkpoint::StateDict& ckpt, const std::s
     state.iterator.epoch = get_int(iterator, "epoch", path);
     state.iterator.global_batches = get_int(iterator, "global_batches", path);
     state.iterator.shuffle = get(iterator, "shuffle", path).toBool();
+    // Checkpoints from before sharded data trained on one directory.
+    state.iterator.data_shards = iterator.contains("data_shards") ? get_int(iterator, "data_shards", path) : 1;
+    state.iterator.data_shard = iterator.contains("data_shard") ? get_int(iterator, "data_shard", path) : 0;
   }
   if (!options.reset_optimizer && ckpt.contains("optimizer"))
     trainer.optimizer().load_state_dict(get_dict(ckpt, "optimizer", path));

@@ -2,7 +2,8 @@
 // Where training stands, as one plain struct (Marian's TrainingState), and its round trip through
 // a checkpoint file together with the model, optimizer and LR scheduler:
 //   "model", "cfg", "optimizer", "lr_scheduler", "extra_state" {train_iterator {epoch,
-//   global_batches, shuffle}, num_updates, best, bad_validations, wall_seconds}
+//   global_batches, shuffle, data_shard, data_shards}, num_updates, best, bad_validations,
+//   wall_seconds}
 
 #include <optional>
 #include <string>

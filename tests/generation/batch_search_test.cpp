@@ -3,6 +3,7 @@
 #include <gtest/gtest.h>
 
 #include <ATen/Parallel.h>
+#include <cmath>
 #include <thread>
 
 #include <torch/torch.h>
@@ -107,6 +108,35 @@ TEST(SearchBatches, SamplingKeepsWholeBatches) {
       for (size_t h = 0; h < found[s].size(); ++h) EXPECT_EQ(found[s][h].tokens, expected[i][s][h].tokens);
     }
   });
+}
+
+// Diverse beam search treats each sentence on its own, as beam search does: parts give the whole
+// batch's hypotheses. match_source_len's longest output is the batch's longest source: whole batches.
+TEST(SearchBatches, DiverseBeamSearchAndMatchSourceLenGiveTheHypothesesOfWholeBatches) {
+  auto model = small_model();
+  GeneratorOptions diverse = options();
+  diverse.beam = 4;
+  diverse.diverse_beam_groups = 2;
+  GeneratorOptions match = options();
+  match.match_source_len = true;
+  for (const GeneratorOptions& o : {diverse, match}) {
+    SequenceGenerator generator(o, {1, 2, 3, kVocab});
+    const auto batches = random_batches({7, 5});
+    std::vector<Hypotheses> expected;
+    for (const auto& b : batches) expected.push_back(generator.generate(*model, b.src_tokens, b.src_lengths));
+    search_batches(generator, *model, batches, 2, [&](size_t i, Hypotheses&& found) {
+      ASSERT_EQ(found.size(), expected[i].size());
+      for (size_t s = 0; s < found.size(); ++s) {
+        ASSERT_EQ(found[s].size(), expected[i][s].size());
+        for (size_t h = 0; h < found[s].size(); ++h) {
+          EXPECT_EQ(found[s][h].tokens, expected[i][s][h].tokens) << "batch " << i << " sentence " << s;
+          if (o.match_source_len && std::isfinite(found[s][h].score)) {
+            EXPECT_EQ(static_cast<int64_t>(found[s][h].tokens.size()), batches[i].src_lengths[s].item<int64_t>() + 1);
+          }
+        }
+      }
+    });
+  }
 }
 
 // Fails every decoding step of batches with more than `limit` rows.

@@ -5,6 +5,7 @@
 
 #include <filesystem>
 #include <fstream>
+#include <map>
 #include <regex>
 #include <sstream>
 
@@ -250,6 +251,60 @@ TEST_F(ImportedFixture, GenerateRejectsADataBinWithOtherDictionaries) {
   auto flag = testing::run({testing::program("fairseq-cpp-generate"), testing::fixture_path("data-bin"), "--path",
                             imported_, "--beam-size-typo", "5"});
   EXPECT_EQ(flag.exit_code, 2);
+}
+
+// fairseq-cpp-generate on 10 test sentences: diverse beam search prints --nbest hypotheses per
+// sentence; --match-source-len gives each output its source's length.
+TEST_F(ImportedFixture, GenerateWithDiverseBeamSearchAndMatchSourceLen) {
+  auto generate = [&](const std::vector<std::string>& flags) {
+    std::vector<std::string> argv{testing::program("fairseq-cpp-generate"), testing::fixture_path("data-bin")};
+    argv.insert(argv.end(), {"--path", imported_, "--batch-size", "5", "--num-shards", "100"});  // every 100th batch
+    argv.insert(argv.end(), flags.begin(), flags.end());
+    return testing::run(argv);
+  };
+  auto r = generate({"--beam", "4", "--nbest", "4", "--diverse-beam-groups", "2"});
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  const int sentences = count_lines(r.out, "S-");
+  EXPECT_EQ(sentences, 10) << r.out;
+  EXPECT_EQ(count_lines(r.out, "H-"), 4 * sentences) << r.out;
+  EXPECT_EQ(count_lines(r.out, "P-"), 4 * sentences) << r.out;
+  std::map<std::string, int> per_id;
+  std::istringstream lines(r.out);
+  for (std::string line; std::getline(lines, line);)
+    if (line.rfind("H-", 0) == 0) ++per_id[line.substr(0, line.find('\t'))];
+  EXPECT_EQ(per_id.size(), static_cast<size_t>(sentences));
+  for (const auto& [id, n] : per_id) EXPECT_EQ(n, 4) << id;
+
+  // Source "w1 ... wn" (n + 1 tokens with </s>): n + 1 words and </s>, so n + 2 positional scores.
+  r = generate({"--beam", "5", "--match-source-len"});
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  std::map<std::string, size_t> source_words, scores;
+  auto fields = [](const std::string& text) {
+    std::istringstream in(text);
+    size_t n = 0;
+    for (std::string w; in >> w;) ++n;
+    return n;
+  };
+  std::istringstream out(r.out);
+  for (std::string line; std::getline(out, line);) {
+    const size_t tab = line.find('\t');
+    if (line.rfind("S-", 0) == 0) source_words[line.substr(2, tab - 2)] = fields(line.substr(tab + 1));
+    if (line.rfind("P-", 0) == 0) scores[line.substr(2, tab - 2)] = fields(line.substr(tab + 1));
+  }
+  EXPECT_EQ(source_words.size(), 10u) << r.out;
+  for (const auto& [id, n] : source_words) EXPECT_EQ(scores[id], n + 2) << "sentence " << id;
+
+  // Groups that do not divide the beam, and diverse beam search with sampling: one line, exit 2.
+  for (const auto& flags : std::vector<std::vector<std::string>>{
+           {"--beam", "4", "--diverse-beam-groups", "3"},
+           {"--beam", "2", "--diverse-beam-groups", "4"},
+           {"--beam", "2", "--nbest", "2", "--sampling", "--diverse-beam-groups", "2"}}) {
+    r = generate(flags);
+    EXPECT_EQ(r.exit_code, 2) << r.err;
+    EXPECT_EQ(count_lines(r.err, "fairseq-cpp-generate: error: "), 1) << r.err;
+    EXPECT_NE(r.err.find("`generation.diverse_beam_groups` must"), std::string::npos) << r.err;
+    EXPECT_EQ(r.out, "");
+  }
 }
 
 }  // namespace

@@ -3,6 +3,7 @@
 // tests/test_sequence_generator.py does).
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <limits>
 #include <map>
@@ -72,13 +73,16 @@ const Script kScript0 = {
     {{kB}, {{kEos, 0.8}, {kA, 0.2}}},
 };
 
+// Sentence i's source has lengths[i] tokens (all 3 when `lengths` is empty).
 std::vector<std::vector<Hypothesis>> run(const std::vector<Script>& scripts, GeneratorOptions options,
-                                         at::Tensor prefix = {}) {
+                                         at::Tensor prefix = {}, std::vector<int64_t> lengths = {}) {
   ScriptedModel model(scripts);
   SequenceGenerator generator(options, {1, kEos, kUnk, kVocab});
   const auto bsz = static_cast<int64_t>(scripts.size());
-  at::Tensor src = torch::full({bsz, 3}, kA, torch::kInt64);
-  return generator.generate(model, src, torch::full({bsz}, 3, torch::kInt64), prefix);
+  if (lengths.empty()) lengths.assign(scripts.size(), 3);
+  const int64_t width = *std::max_element(lengths.begin(), lengths.end());
+  at::Tensor src = torch::full({bsz, width}, kA, torch::kInt64);
+  return generator.generate(model, src, torch::tensor(lengths, torch::kInt64), prefix);
 }
 
 void expect_hypothesis(const Hypothesis& h, const Prefix& tokens, double score, const std::vector<double>& positional) {
@@ -259,6 +263,152 @@ TEST(SequenceGenerator, RejectsSamplingOptionsWithoutSampling) {
   GeneratorOptions o;
   o.sampling_topk = 3;
   EXPECT_THROW(SequenceGenerator(o, {1, kEos, kUnk, kVocab}), UserError);
+}
+
+TEST(DiverseBeamSearchStep, PenalizesEachGroupByTheWordsOfTheGroupsBefore) {
+  // One sentence, beam 4 in 2 groups (hypotheses 0, 2 and 1, 3), 5 words, strength 0.5, step 1.
+  at::Tensor lprobs = torch::tensor({{{-5.0f, -1.0f, -2.0f, -3.0f, -4.0f},
+                                      {-5.0f, -1.0f, -2.0f, -3.0f, -2.2f},
+                                      {-5.0f, -3.0f, -1.0f, -2.0f, -4.0f},
+                                      {-5.0f, -3.0f, -1.0f, -2.0f, -4.0f}}});
+  at::Tensor cumulative = torch::tensor({{0.0f, -0.25f, -0.5f, -0.8f}});
+  Candidates c = diverse_beam_search_step(1, lprobs, cumulative, 2, 0.5);
+  // Group 0, unpenalized: h0 w1 -1, h2 w2 -1.5, h0 w2 -2, h2 w3 -2.5. Its words count w1 once, w2
+  // twice, w3 once: group 1 loses 0.5, 1 and 0.5 on them, so h1 w4 (-2.45) passes h1 w2 (-3.25):
+  // h1 w1 -1.75, h1 w4 -2.45, h3 w2 -2.8, h1 w2 -3.25 (unpenalized: -1.25, -1.8, -2.25, -2.45).
+  // Candidate i of group g is column 2i + g.
+  EXPECT_EQ(to_vector(c.tokens[0]), (std::vector<int64_t>{1, 1, 2, 4, 2, 2, 3, 2}));
+  EXPECT_EQ(to_vector(c.beams[0]), (std::vector<int64_t>{0, 1, 2, 1, 0, 3, 2, 1}));
+  const std::vector<float> scores = {-1.0f, -1.75f, -1.5f, -2.45f, -2.0f, -2.8f, -2.5f, -3.25f};
+  for (int64_t i = 0; i < 8; ++i) EXPECT_NEAR(c.scores[0][i].item<float>(), scores[i], 1e-6) << i;
+
+  // One group is beam search.
+  for (int64_t step : {0, 1}) {
+    Candidates one = diverse_beam_search_step(step, lprobs, cumulative, 1, 0.5);
+    Candidates beam = beam_search_step(step, lprobs, cumulative);
+    EXPECT_TRUE(torch::equal(one.scores, beam.scores));
+    EXPECT_TRUE(torch::equal(one.tokens, beam.tokens));
+    EXPECT_TRUE(torch::equal(one.beams, beam.beams));
+  }
+}
+
+// Four first words, then a- and b- end or go on.
+const Script kScript4 = {
+    {{}, {{kA, 0.4}, {kB, 0.3}, {kC, 0.2}, {kUnk, 0.1}}},
+    {{kA}, {{kEos, 0.5}, {kB, 0.3}, {kC, 0.2}}},
+    {{kB}, {{kEos, 0.6}, {kA, 0.3}, {kC, 0.1}}},
+};
+
+TEST(SequenceGenerator, DiverseBeamSearchWithTwoGroups) {
+  GeneratorOptions o;
+  o.beam = 4;
+  o.diverse_beam_groups = 2;  // strength 0.5
+  auto hypos = run({kScript4}, o);
+  // Step 0: group 0 (hypotheses 0, 2) takes a .4, b .3, c .2, <unk> .1; group 1 (1, 3) the same
+  // words, each 0.5 lower. Interleaved, the beam is a, a - .5, b, b - .5.
+  // Step 1, group 0 (a; b): a-</s> .2, b-</s> .18, a-b .12, b-a .09, so group 1 loses 1 on </s>
+  // and 0.5 on a and b: a-c .08 - .5, a-</s> .2 - 1.5, a-b .12 - 1, b-</s> .18 - 1.5. Of the
+  // interleaved 4 first, a-</s>, b-</s> and group 1's a-</s> finalize; a-c - .5, a-b, a-b - 1 and
+  // b-a continue.
+  // Step 2: only </s>. The first candidate, group 0's a-c-</s>, fills the fourth place.
+  ASSERT_EQ(hypos[0].size(), 4u);
+  expect_hypothesis(hypos[0][0], {kA, kEos}, std::log(0.2) / 2, {std::log(0.4), std::log(0.5)});
+  expect_hypothesis(hypos[0][1], {kB, kEos}, std::log(0.18) / 2, {std::log(0.3), std::log(0.6)});
+  expect_hypothesis(hypos[0][2], {kA, kC, kEos}, (std::log(0.08) - 0.5) / 3, {std::log(0.4) - 0.5, std::log(0.2), 0.0});
+  expect_hypothesis(hypos[0][3], {kA, kEos}, (std::log(0.2) - 1.5) / 2, {std::log(0.4) - 0.5, std::log(0.5) - 1.0});
+
+  // Strength 0: the groups' beams are alike, and each group's best a-</s> and b-</s> finalize.
+  o.diverse_beam_strength = 0;
+  hypos = run({kScript4}, o);
+  expect_hypothesis(hypos[0][0], {kA, kEos}, std::log(0.2) / 2, {std::log(0.4), std::log(0.5)});
+  expect_hypothesis(hypos[0][1], {kA, kEos}, std::log(0.2) / 2, {std::log(0.4), std::log(0.5)});
+  expect_hypothesis(hypos[0][2], {kB, kEos}, std::log(0.18) / 2, {std::log(0.3), std::log(0.6)});
+  expect_hypothesis(hypos[0][3], {kB, kEos}, std::log(0.18) / 2, {std::log(0.3), std::log(0.6)});
+}
+
+TEST(SequenceGenerator, DiverseBeamSearchWithOneGroupIsBeamSearch) {
+  const Script short_one = {{{}, {{kUnk, 0.5}, {kC, 0.45}, {kEos, 0.05}}}};
+  const std::vector<std::pair<std::vector<Script>, int64_t>> cases = {
+      {{kScript0, short_one}, 1}, {{kScript0, short_one}, 2}, {{kScript4}, 4}};
+  for (const auto& [scripts, beam] : cases) {
+    GeneratorOptions plain;
+    plain.beam = beam;
+    GeneratorOptions one_group = plain;
+    one_group.diverse_beam_groups = 1;
+    one_group.diverse_beam_strength = 3.0;
+    auto expected = run(scripts, plain);
+    auto hypos = run(scripts, one_group);
+    ASSERT_EQ(hypos.size(), expected.size());
+    for (size_t s = 0; s < hypos.size(); ++s) {
+      ASSERT_EQ(hypos[s].size(), expected[s].size());
+      for (size_t h = 0; h < hypos[s].size(); ++h) {
+        EXPECT_EQ(hypos[s][h].tokens, expected[s][h].tokens);
+        EXPECT_EQ(hypos[s][h].score, expected[s][h].score);
+        EXPECT_EQ(hypos[s][h].positional_scores, expected[s][h].positional_scores);
+      }
+    }
+  }
+}
+
+TEST(SequenceGenerator, DiverseBeamSearchRefusesGroupsThatDoNotDivideTheBeamAndSampling) {
+  GeneratorOptions o;
+  o.beam = 4;
+  for (int64_t groups : {3, 8}) {
+    o.diverse_beam_groups = groups;
+    EXPECT_THROW(SequenceGenerator(o, {1, kEos, kUnk, kVocab}), UserError) << groups;
+  }
+  o.diverse_beam_groups = 2;
+  o.sampling = true;
+  EXPECT_THROW(SequenceGenerator(o, {1, kEos, kUnk, kVocab}), UserError);
+  o.sampling = false;
+  o.match_source_len = true;
+  EXPECT_THROW(SequenceGenerator(o, {1, kEos, kUnk, kVocab}), UserError);
+}
+
+// Sentence "2 tokens" and sentence "3 tokens" in one batch: the longest output is 3 words, and
+// each sentence's outputs have its source's length, </s> being impossible before it.
+TEST(SequenceGenerator, MatchSourceLenGivesOutputsOfTheSourcesLength) {
+  const Script two = {
+      {{}, {{kEos, 0.5}, {kA, 0.3}, {kB, 0.2}}},
+      {{kA}, {{kEos, 0.6}, {kA, 0.3}, {kB, 0.1}}},
+      {{kB}, {{kEos, 0.5}, {kA, 0.4}, {kB, 0.1}}},
+      {{kA, kA}, {{kA, 0.6}, {kB, 0.4}}},
+  };
+  const Script three = {
+      {{}, {{kA, 0.6}, {kB, 0.4}}},       {{kA}, {{kA, 0.7}, {kB, 0.3}}}, {{kB}, {{kA, 0.6}, {kC, 0.4}}},
+      {{kA, kA}, {{kB, 0.9}, {kC, 0.1}}}, {{kB, kA}, {{kC, 1.0}}},
+  };
+  GeneratorOptions o;
+  o.beam = 2;
+  o.match_source_len = true;
+  auto hypos = run({two, three}, o, {}, {2, 3});
+  // "two": </s> masked at steps 0 and 1 (a .3, b .2, then a-a .09, b-a .08); at step 2 it costs
+  // nothing and both a-a-</s> and b-a-</s> finalize, ahead of a-a-a .054. The sentence leaves the
+  // batch; "three" moves to row 0 with its own length.
+  expect_hypothesis(hypos[0][0], {kA, kA, kEos}, std::log(0.09) / 3, {std::log(0.3), std::log(0.3), 0.0});
+  expect_hypothesis(hypos[0][1], {kB, kA, kEos}, std::log(0.08) / 3, {std::log(0.2), std::log(0.4), 0.0});
+  // "three": a-a .42, b-a .24; a-a-b .378, b-a-c .24; then only </s>.
+  expect_hypothesis(hypos[1][0], {kA, kA, kB, kEos}, std::log(0.378) / 4,
+                    {std::log(0.6), std::log(0.7), std::log(0.9), 0.0});
+  expect_hypothesis(hypos[1][1], {kB, kA, kC, kEos}, std::log(0.24) / 4, {std::log(0.4), std::log(0.6), 0.0, 0.0});
+
+  // A hypothesis still going past its source's length ends at the batch's longest with score -inf,
+  // as in fairseq: at step 2 b-a-</s> .15 finalizes and b-a-a .135 continues (over a-a-</s> .12).
+  const Script past = {
+      {{}, {{kA, 0.6}, {kB, 0.3}, {kEos, 0.1}}},   {{kA}, {{kEos, 0.7}, {kA, 0.2}, {kB, 0.1}}},
+      {{kB}, {{kA, 0.5}, {kB, 0.3}, {kEos, 0.2}}}, {{kB, kA}, {{kA, 0.9}, {kB, 0.1}}},
+      {{kA, kA}, {{kB, 0.6}, {kC, 0.4}}},
+  };
+  hypos = run({past, three}, o, {}, {2, 3});
+  expect_hypothesis(hypos[0][0], {kB, kA, kEos}, std::log(0.15) / 3, {std::log(0.3), std::log(0.5), 0.0});
+  EXPECT_EQ(hypos[0][1].tokens, (Prefix{kB, kA, kA, kEos}));
+  EXPECT_EQ(hypos[0][1].score, -std::numeric_limits<float>::infinity());
+  expect_hypothesis(hypos[1][0], {kA, kA, kB, kEos}, std::log(0.378) / 4,
+                    {std::log(0.6), std::log(0.7), std::log(0.9), 0.0});
+
+  // min_len above the longest output allowed is refused, as fairseq's assertion does.
+  o.min_len = 4;
+  EXPECT_THROW(run({two, three}, o, {}, {2, 3}), UserError);
 }
 
 }  // namespace

@@ -255,6 +255,15 @@ void describe(GenerationConfig& c, Section& s) {
   s.add("temperature", &c.temperature, "softmax temperature for generation").greater_than(0);
   s.add("diverse_beam_groups", &c.diverse_beam_groups, "number of groups for diverse beam search (<= 0 = off)");
   s.add("diverse_beam_strength", &c.diverse_beam_strength, "strength of diverse beam search's diversity penalty");
+  s.add("print_alignment", &c.print_alignment,
+        "print each hypothesis' alignment to the source from the last decoder layer's attention (A- lines): "
+        "hard (alone) or soft")
+      .one_of({"", "hard", "soft"})
+      .when_bare("hard");
+  s.add("replace_unk", &c.replace_unk,
+        "replace <unk> in hypotheses by the aligned source word (alone, or `copy`), or by its translation in this "
+        "alignment dictionary file")
+      .when_bare(kCopySourceWord);
 }
 
 void describe(PreprocessConfig& c, Section& s) {
@@ -338,7 +347,7 @@ void describe(AverageConfig& c, Section& s) {
 
 std::vector<Section> describe(Config& cfg) {
   std::vector<Section> sections;
-  sections.reserve(15);
+  sections.reserve(16);
   sections.emplace_back("common", "logging, seeds, threads and precision");
   describe(cfg.common, sections.back());
   sections.emplace_back("common_eval", "the checkpoint to evaluate and how to print its output");

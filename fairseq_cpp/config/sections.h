@@ -242,7 +242,13 @@ struct GenerationConfig {
   int64_t diverse_beam_groups = -1;  // diverse beam search with this many groups (a divisor of beam); <= 0 = off
   // diverse beam search's penalty per earlier group's candidate with the same word, at each step
   double diverse_beam_strength = 0.5;
+  std::string print_alignment;  // A- lines after P-: hard ("source-target" pairs) | soft (weights); empty = none
+  // <unk> in hypotheses becomes the source word it aligns to (kCopySourceWord), or that word's
+  // translation in this alignment dictionary file ("source target" lines); empty = off
+  std::string replace_unk;
 };
+// replace_unk's value for `--replace-unk` alone: copy the aligned source word.
+inline constexpr const char* kCopySourceWord = "copy";
 void describe(GenerationConfig& c, Section& s);
 
 // `preprocess`: fairseq-preprocess (text -> dictionaries and binarized data), plus SentencePiece.

@@ -40,16 +40,51 @@ void block_repeated_ngrams(const at::Tensor& tokens, int64_t step, int64_t n, at
   lprobs.index_put_({r, w}, kNegInf);
 }
 
-// The rows `rows` of a (N, L) buffer of which only columns [0, live) hold data yet: copies those
-// columns only (fairseq's index_select copies whole rows, L = max_len + 2 wide); the others are
-// written before they are read.
+// The rows `rows` of a (N, L, ...) buffer of which only columns [0, live) hold data yet: copies
+// those columns only (fairseq's index_select copies whole rows, L = max_len + 2 wide); the others
+// are written before they are read.
 at::Tensor keep_rows(const at::Tensor& buffer, const at::Tensor& rows, int64_t live) {
-  at::Tensor out = at::empty({rows.size(0), buffer.size(1)}, buffer.options());
+  std::vector<int64_t> sizes = buffer.sizes().vec();
+  sizes[0] = rows.size(0);
+  at::Tensor out = at::empty(sizes, buffer.options());
   if (live > 0) out.narrow(1, 0, live).copy_(buffer.narrow(1, 0, live).index_select(0, rows));
   return out;
 }
 
+// fairseq's get_token_to_word_mapping, from 0: the number of tokens of `tokens` up to and
+// including each position that are neither padding nor </s>, minus one.
+std::vector<int64_t> word_indices(const std::vector<int64_t>& tokens, int64_t pad, int64_t eos) {
+  std::vector<int64_t> out(tokens.size());
+  int64_t words = 0;
+  for (size_t i = 0; i < tokens.size(); ++i) {
+    words += tokens[i] != pad && tokens[i] != eos;
+    out[i] = words - 1;
+  }
+  return out;
+}
+
 }  // namespace
+
+std::vector<std::pair<int64_t, int64_t>> hard_alignment(const at::Tensor& attention, const std::vector<int64_t>& source,
+                                                        const std::vector<int64_t>& tokens, int64_t pad, int64_t eos) {
+  std::vector<std::pair<int64_t, int64_t>> out;
+  const auto valid = [&](int64_t token) { return token != pad && token != eos; };
+  if (std::none_of(source.begin(), source.end(), valid)) return out;
+  at::Tensor attn = attention.to(torch::kCPU, torch::kFloat32).contiguous();
+  const auto src_len = static_cast<int64_t>(source.size());
+  const std::vector<int64_t> src_word = word_indices(source, pad, eos);
+  const std::vector<int64_t> tgt_word = word_indices(tokens, pad, eos);
+  for (size_t t = 0; t < tokens.size(); ++t) {
+    if (!valid(tokens[t])) continue;
+    const float* row = attn.data_ptr<float>() + static_cast<int64_t>(t) * src_len;
+    int64_t best = -1;  // the first of equal maxima, as torch's max
+    for (int64_t s = 0; s < src_len; ++s) {
+      if (valid(source[static_cast<size_t>(s)]) && (best < 0 || row[s] > row[best])) best = s;
+    }
+    out.emplace_back(src_word[static_cast<size_t>(best)], tgt_word[t]);
+  }
+  return out;
+}
 
 GeneratorOptions generator_options(const config::GenerationConfig& g, uint64_t seed) {
   GeneratorOptions o;
@@ -69,6 +104,7 @@ GeneratorOptions generator_options(const config::GenerationConfig& g, uint64_t s
   o.diverse_beam_groups = g.diverse_beam_groups;
   o.diverse_beam_strength = g.diverse_beam_strength;
   o.seed = seed;
+  o.need_attn = !g.print_alignment.empty() || !g.replace_unk.empty();
   return o;
 }
 
@@ -127,7 +163,10 @@ std::vector<std::vector<Hypothesis>> SequenceGenerator::generate(models::Encoder
   // and the encoder states to K rows per sentence.
   models::EncoderOut encoder_out = model.encode(src_tokens, src_lengths);
   models::IncrementalState state;
+  state.need_attn = options_.need_attn;
   bool one_row_per_sentence = true;
+  at::Tensor attn;  // (N, max_len + 1, S) with need_attn: each row's attention at each step
+  at::Tensor src_cpu = options_.need_attn ? src_tokens.to(torch::kCPU).contiguous() : at::Tensor();
 
   at::Tensor scores =
       torch::zeros({bsz * beam, max_len + 1}, torch::TensorOptions().dtype(torch::kFloat32).device(device));
@@ -154,6 +193,9 @@ std::vector<std::vector<Hypothesis>> SequenceGenerator::generate(models::Encoder
     at::Tensor score_cpu = eos_scores.to(torch::kCPU).contiguous();
     at::Tensor tok_cpu = hyp_tokens.to(torch::kCPU).contiguous();
     at::Tensor pos_cpu = pos.to(torch::kCPU).contiguous();
+    // (n, step + 1, S): the attention of the hypotheses' tokens
+    at::Tensor attn_cpu =
+        attn.defined() ? attn.narrow(1, 0, step + 1).index_select(0, bbsz_idx).to(torch::kCPU) : at::Tensor();
     at::Tensor lengths_cpu = options_.match_source_len ? source_lengths.to(torch::kCPU) : at::Tensor();
     // Unfinished row -> sentence: sentences already finished were dropped from the batch.
     std::vector<int64_t> cum_unfin;
@@ -179,6 +221,12 @@ std::vector<std::vector<Hypothesis>> SequenceGenerator::generate(models::Encoder
         h.tokens.assign(t, t + step + 1);
         h.positional_scores.assign(p, p + step + 1);
         h.score = score_cpu.data_ptr<float>()[i];
+        if (attn_cpu.defined()) {
+          h.attention = attn_cpu[i].clone();
+          const int64_t* src = src_cpu.data_ptr<int64_t>() + sent * src_cpu.size(1);
+          h.alignment =
+              hard_alignment(h.attention, std::vector<int64_t>(src, src + src_cpu.size(1)), h.tokens, pad, eos);
+        }
         // fairseq (>= 0.12.3): an output longer than its source keeps its place with score -inf.
         if (lengths_cpu.defined() && step > lengths_cpu.data_ptr<int64_t>()[unfin]) h.score = kNegInf;
         list.push_back(std::move(h));
@@ -240,6 +288,12 @@ std::vector<std::vector<Hypothesis>> SequenceGenerator::generate(models::Encoder
       at::Tensor logits = model.decode_step(tokens.narrow(1, 0, step + 1), encoder_out, state);  // (N, 1, V)
       if (options_.temperature != 1.0) logits = logits / options_.temperature;
       lprobs = models::EncoderDecoderModel::log_probs(logits).view({-1, vocab});  // (N, 1, V) -> (N, V)
+    }
+    if (options_.need_attn) {
+      at::Tensor step_attn = state.attn.to(torch::kFloat32);                       // (N, S), or (B, S) at step 0
+      if (one_row_per_sentence) step_attn = step_attn.repeat_interleave(beam, 0);  // (B, S) -> (B * K, S)
+      if (!attn.defined()) attn = torch::zeros({bsz * beam, max_len + 1, step_attn.size(1)}, step_attn.options());
+      attn.select(1, step).copy_(step_attn);
     }
 
     lprobs.select(1, pad).fill_(kNegInf);
@@ -311,6 +365,11 @@ std::vector<std::vector<Hypothesis>> SequenceGenerator::generate(models::Encoder
       // (B * K, L) -> (B, K * L), keep rows -> (B' * K, L)
       scores = scores.view({bsz, -1}).index_select(0, batch_idxs).view({new_bsz * beam, -1});
       tokens = tokens.view({bsz, -1}).index_select(0, batch_idxs).view({new_bsz * beam, -1});
+      if (attn.defined()) {
+        // (B * K, L, S) -> (B, K * L * S), keep rows -> (B' * K, L, S)
+        const int64_t length = attn.size(1), width = attn.size(2);
+        attn = attn.view({bsz, -1}).index_select(0, batch_idxs).view({new_bsz * beam, length, width});
+      }
       bsz = new_bsz;
     } else {
       batch_idxs = at::Tensor();
@@ -330,6 +389,7 @@ std::vector<std::vector<Hypothesis>> SequenceGenerator::generate(models::Encoder
     tokens.select(1, step + 1).copy_(cand.tokens.gather(1, active_hypos).view(-1));
     scores = keep_rows(scores, active_bbsz_idx, step);
     scores.select(1, step).copy_(active_scores);
+    if (attn.defined()) attn = keep_rows(attn, active_bbsz_idx, step + 1);
     reorder_state = active_bbsz_idx;
   }
 

@@ -9,6 +9,7 @@
 //   hypos[0][0].tokens   // best hypothesis of the batch's first sentence, ending in </s>
 
 #include <cstdint>
+#include <utility>
 #include <vector>
 
 #include <ATen/Tensor.h>
@@ -35,6 +36,7 @@ struct GeneratorOptions {
   int64_t diverse_beam_groups = -1;    // diverse beam search with this many groups (a divisor of beam); <= 0 = off
   double diverse_beam_strength = 0.5;  // subtracted per earlier group's candidate with the same word at a step
   uint64_t seed = 1;                   // sampling's random stream
+  bool need_attn = false;              // keep each hypothesis' attention and hard alignment (--print-alignment)
 };
 
 // The generation keys of the config as the generator's options.
@@ -51,7 +53,18 @@ struct Hypothesis {
   std::vector<int64_t> tokens;           // the output, ending in </s>
   float score = 0;                       // sum of log-probabilities / length^lenpen
   std::vector<float> positional_scores;  // log-probability of each token (one per token)
+  // With need_attn: row t is the last decoder layer's encoder attention, averaged over heads, at the
+  // step that chose token t, over the source columns as collated (padding included): (T, S) float32.
+  at::Tensor attention;
+  // With need_attn: fairseq's hard alignment, one (source, target) pair per token but </s>: the
+  // source token the target token attends to most, both counted from 0 without padding and </s>.
+  std::vector<std::pair<int64_t, int64_t>> alignment;
 };
+
+// fairseq's extract_hard_alignment: attention (T, S) of target `tokens` (T) over `source` (S, as
+// collated); the source tokens that are padding or </s> are never chosen, nor target ones aligned.
+std::vector<std::pair<int64_t, int64_t>> hard_alignment(const at::Tensor& attention, const std::vector<int64_t>& source,
+                                                        const std::vector<int64_t>& tokens, int64_t pad, int64_t eos);
 
 class SequenceGenerator {
  public:

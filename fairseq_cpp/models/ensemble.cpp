@@ -37,6 +37,7 @@ at::Tensor EnsembleModel::decode_step(const at::Tensor& prev_output_tokens, cons
   // Each model decodes with its own share of the layers, moved out and back (no copies), so that
   // beam search reorders all of them as one cache.
   std::vector<at::Tensor> log_probs;
+  at::Tensor attn;  // the sum of the models' attention, then their average (fairseq's avg_attn)
   std::vector<nn::DecoderLayerCache> layers;
   std::vector<size_t> parts;
   size_t offset = 0;
@@ -44,11 +45,13 @@ at::Tensor EnsembleModel::decode_step(const at::Tensor& prev_output_tokens, cons
   for (size_t i = 0; i < models_.size(); ++i) {
     IncrementalState own;
     own.steps = state.steps;
+    own.need_attn = state.need_attn;
     const size_t n = state.parts.empty() ? 0 : state.parts[i];
     std::move(state.layers.begin() + static_cast<std::ptrdiff_t>(offset),
               state.layers.begin() + static_cast<std::ptrdiff_t>(offset + n), std::back_inserter(own.layers));
     offset += n;
     log_probs.push_back(EncoderDecoderModel::log_probs(models_[i]->decode_step(prev_output_tokens, encoder_out.members[i], own)));
+    if (state.need_attn) attn = attn.defined() ? attn + own.attn : own.attn;
     parts.push_back(own.layers.size());
     steps = own.steps;
     std::move(own.layers.begin(), own.layers.end(), std::back_inserter(layers));
@@ -56,6 +59,7 @@ at::Tensor EnsembleModel::decode_step(const at::Tensor& prev_output_tokens, cons
   state.layers = std::move(layers);
   state.parts = std::move(parts);
   state.steps = steps;
+  if (state.need_attn) state.attn = attn / static_cast<double>(models_.size());
   return average(log_probs);
 }
 

@@ -259,10 +259,14 @@ at::Tensor TransformerDecoderImpl::features(const at::Tensor& tokens, const Enco
   const bool projected = incremental && !state->layers.empty() && state->layers[0].encoder_attn.key.defined();
   const at::Tensor states = projected ? encoder_out.out : encoder_out.states();
   const at::Tensor source_padding = encoder_out.padding();
+  at::Tensor attn;  // (B, 1, S): the last layer's encoder attention, averaged over heads
+  const bool need_attn = incremental && state->need_attn;
   for (size_t i = 0; i < typed_layers_.size(); ++i) {
+    const bool last = i + 1 == typed_layers_.size();
     x = typed_layers_[i]->forward(x, states, source_padding, causal, self_padding,
-                                  incremental ? &state->layers[i] : nullptr);
+                                  incremental ? &state->layers[i] : nullptr, need_attn && last ? &attn : nullptr);
   }
+  if (need_attn) state->attn = attn.select(1, 0);  // (B, 1, S) -> (B, S)
   if (incremental) state->steps = tokens.size(1);
   if (layer_norm_) x = layer_norm_->forward(x);
   if (project_out_dim_) x = nn::scoped_linear(x, project_out_dim_->weight);

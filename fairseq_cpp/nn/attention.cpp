@@ -25,6 +25,14 @@ at::Tensor attention_reference(const at::Tensor& q, const at::Tensor& k, const a
   return torch::matmul(probs, v);  // (B, H, Tq, D)
 }
 
+at::Tensor attention_weights(const at::Tensor& q, const at::Tensor& k, const at::Tensor& mask) {
+  const double scaling = 1.0 / std::sqrt(static_cast<double>(q.size(-1)));
+  // (B, H, Tq, D) x (B, H, D, Tk) -> (B, H, Tq, Tk)
+  at::Tensor scores = torch::matmul(q * scaling, k.transpose(-2, -1)).to(torch::kFloat32);
+  if (mask.defined()) scores = scores.masked_fill(mask, -std::numeric_limits<float>::infinity());
+  return torch::softmax(scores, -1);
+}
+
 at::Tensor attention(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v, const at::Tensor& mask,
                      double dropout, bool training) {
 #if FSQ_TORCH_AT_LEAST(2, 0)
@@ -135,7 +143,7 @@ at::Tensor MultiheadAttentionImpl::split_heads(const at::Tensor& x) const {
 
 at::Tensor MultiheadAttentionImpl::forward(const at::Tensor& query, const at::Tensor& key_value,
                                            const at::Tensor& key_padding_mask, const at::Tensor& attn_mask,
-                                           AttentionCache* cache, bool static_kv) {
+                                           AttentionCache* cache, bool static_kv, at::Tensor* head_mean) {
   const int64_t batch = query.size(0);
   const int64_t tgt_len = query.size(1);
   at::Tensor q = split_heads(scoped_linear(query, q_proj_->weight, q_proj_->bias));
@@ -175,8 +183,16 @@ at::Tensor MultiheadAttentionImpl::forward(const at::Tensor& query, const at::Te
     at::Tensor pad = key_padding_mask.view({batch, 1, 1, src_len});
     mask = mask.defined() ? mask.logical_or(pad) : pad;
   }
-  at::Tensor out = kv_rows.defined() ? cpu_attention(q, k, v, mask, 0.0, false, kv_rows)
-                                     : attention(q, k, v, mask, options_.dropout, is_training());
+  at::Tensor out;
+  if (kv_rows.defined()) {
+    at::Tensor probs;  // (B, H, Tq, Tk), computed by the kernel anyway
+    out = cpu_attention(q, k, v, mask, 0.0, false, kv_rows, head_mean != nullptr ? &probs : nullptr);
+    if (head_mean != nullptr) *head_mean = probs.mean(1);  // (B, H, Tq, Tk) -> (B, Tq, Tk)
+  } else {
+    out = attention(q, k, v, mask, options_.dropout, is_training());
+    // The fused kernels do not return their weights: one more product, only when they are asked for.
+    if (head_mean != nullptr) *head_mean = attention_weights(q, k, mask).mean(1);  // (B, H, Tq, Tk) -> (B, Tq, Tk)
+  }
   // (B, H, Tq, D) -> (B, Tq, H, D) -> (B, Tq, C)
   out = out.transpose(1, 2).reshape({batch, tgt_len, options_.embed_dim});
   return scoped_linear(out, out_proj_->weight, out_proj_->bias);

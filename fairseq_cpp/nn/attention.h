@@ -19,11 +19,15 @@ at::Tensor attention(const at::Tensor& q, const at::Tensor& k, const at::Tensor&
 // One autograd node with one BLAS GEMM per (batch, head), for float32 CPU tensors, used by
 // attention() on LibTorch 1.x whose CPU bmm dispatches per batch element (attention_cpu.cpp);
 // applies when the BLAS exports sgemm_ and the shapes agree. With `kv_rows` (B) int64, query row b
-// attends to key/value row kv_rows[b] (k and v may have fewer rows); that form has no gradient.
+// attends to key/value row kv_rows[b] (k and v may have fewer rows); that form has no gradient, and
+// `probs` (when given) receives its softmax weights (B, H, Tq, Tk).
 bool cpu_attention_applies(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v,
                            const at::Tensor& kv_rows = at::Tensor());
 at::Tensor cpu_attention(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v, const at::Tensor& mask,
-                         double dropout, bool training, const at::Tensor& kv_rows = at::Tensor());
+                         double dropout, bool training, const at::Tensor& kv_rows = at::Tensor(),
+                         at::Tensor* probs = nullptr);
+// softmax(q k^T * scale + mask) in float32: the weights attention() applies, (B, H, Tq, Tk).
+at::Tensor attention_weights(const at::Tensor& q, const at::Tensor& k, const at::Tensor& mask);
 // The matmul-softmax-matmul path on every LibTorch version (softmax in float32, as fairseq).
 at::Tensor attention_reference(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v, const at::Tensor& mask,
                                double dropout, bool training);
@@ -64,8 +68,11 @@ class MultiheadAttentionImpl : public torch::nn::Module {
   // padding; `attn_mask` (Tq, Tk) is true where attention is forbidden; either may be undefined.
   // With a cache: self-attention appends this step's keys/values to it; with `static_kv`
   // (encoder-decoder attention) the keys/values are computed once and `key_value` is then ignored.
+  // `head_mean` (when given) receives the attention weights averaged over heads, (B, Tq, Tk) float32
+  // (fairseq's need_weights; without dropout); computing them costs nothing when it is not given.
   at::Tensor forward(const at::Tensor& query, const at::Tensor& key_value, const at::Tensor& key_padding_mask,
-                     const at::Tensor& attn_mask, AttentionCache* cache = nullptr, bool static_kv = false);
+                     const at::Tensor& attn_mask, AttentionCache* cache = nullptr, bool static_kv = false,
+                     at::Tensor* head_mean = nullptr);
 
   const MultiheadAttentionOptions& options() const { return options_; }
 

@@ -195,7 +195,7 @@ bool cpu_attention_applies(const at::Tensor& q, const at::Tensor& k, const at::T
 }
 
 at::Tensor cpu_attention(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v, const at::Tensor& mask,
-                         double dropout, bool training, const at::Tensor& kv_rows) {
+                         double dropout, bool training, const at::Tensor& kv_rows, at::Tensor* probs_out) {
   at::Tensor m = mask.defined() ? mask.to(at::kBool) : at::empty({0}, q.options().dtype(at::kBool));
   if (!kv_rows.defined()) return CpuAttention::apply(q, k, v, m, training ? dropout : 0.0);
   TORCH_CHECK(!at::GradMode::is_enabled() || !(q.requires_grad() || k.requires_grad() || v.requires_grad()),
@@ -209,6 +209,7 @@ at::Tensor cpu_attention(const at::Tensor& q, const at::Tensor& k, const at::Ten
   at::Tensor probs = at::empty({q.size(0), q.size(1), q.size(2), k.size(2)}, q.options());
   at::Tensor out = empty_heads(q.size(0), q.size(1), q.size(2), q.size(3), q.options());
   attend(qr, row_major(k), row_major(v), m, row_of, at::Tensor(), 1.0f, probs, out);
+  if (probs_out != nullptr) *probs_out = probs;
   return out;
 }
 

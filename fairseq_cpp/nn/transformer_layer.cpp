@@ -96,7 +96,7 @@ TransformerDecoderLayerImpl::TransformerDecoderLayerImpl(const TransformerLayerO
 at::Tensor TransformerDecoderLayerImpl::forward(const at::Tensor& input, const at::Tensor& encoder_out,
                                                 const at::Tensor& encoder_padding_mask,
                                                 const at::Tensor& self_attn_mask, const at::Tensor& self_padding_mask,
-                                                DecoderLayerCache* cache) {
+                                                DecoderLayerCache* cache, at::Tensor* encoder_attn) {
   const bool pre = options_.normalize_before;
   const bool train = is_training();
   at::Tensor residual = input;
@@ -108,7 +108,7 @@ at::Tensor TransformerDecoderLayerImpl::forward(const at::Tensor& input, const a
   residual = x;
   x = maybe_norm(encoder_attn_layer_norm_, x, pre, true);
   x = encoder_attn_->forward(x, encoder_out, encoder_padding_mask, at::Tensor(), cache ? &cache->encoder_attn : nullptr,
-                             true);
+                             true, encoder_attn);
   x = residual + nn::dropout(x, options_.dropout, train);
   x = maybe_norm(encoder_attn_layer_norm_, x, pre, false);
 

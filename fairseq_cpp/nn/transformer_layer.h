@@ -62,9 +62,10 @@ class TransformerDecoderLayerImpl : public torch::nn::Module {
   explicit TransformerDecoderLayerImpl(const TransformerLayerOptions& options);
   // x (B, T, C) -> (B, T, C). `self_attn_mask` (T, T) causal mask (undefined when incremental),
   // `self_padding_mask` (B, T), `encoder_out` (B, S, C) with `encoder_padding_mask` (B, S).
+  // `encoder_attn` (when given) receives the encoder attention's weights averaged over heads (B, T, S).
   at::Tensor forward(const at::Tensor& x, const at::Tensor& encoder_out, const at::Tensor& encoder_padding_mask,
                      const at::Tensor& self_attn_mask, const at::Tensor& self_padding_mask,
-                     DecoderLayerCache* cache = nullptr);
+                     DecoderLayerCache* cache = nullptr, at::Tensor* encoder_attn = nullptr);
 
  private:
   TransformerLayerOptions options_;

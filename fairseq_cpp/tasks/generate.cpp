@@ -9,6 +9,7 @@
 #include <fstream>
 #include <iostream>
 #include <map>
+#include <optional>
 
 #include <fmt/format.h>
 #include <torch/torch.h>
@@ -40,6 +41,25 @@ std::vector<int64_t> row_without_pad(const at::Tensor& row, int64_t pad) {
     if (p[i] != pad) out.push_back(p[i]);
   }
   return out;
+}
+
+std::vector<int64_t> row_values(const at::Tensor& row) {
+  at::Tensor cpu = row.to(torch::kCPU).contiguous();
+  return {cpu.data_ptr<int64_t>(), cpu.data_ptr<int64_t>() + cpu.numel()};
+}
+
+// --replace-unk's alignment dictionary: none (off), empty (copy the source word) or the file's.
+std::optional<std::map<std::string, std::string>> align_dict(const config::GenerationConfig& g) {
+  if (g.replace_unk.empty()) return std::nullopt;
+  if (g.replace_unk == config::kCopySourceWord) return std::map<std::string, std::string>{};
+  return generation::load_align_dict(g.replace_unk);
+}
+
+// The A- line's text for --print-alignment hard | soft; `source` is the row as collated (padded).
+std::string alignment_text(const std::string& kind, const generation::Hypothesis& h, const std::vector<int64_t>& source,
+                           int64_t pad) {
+  return kind == "soft" ? generation::soft_alignment_string(h.attention, source, pad)
+                        : generation::alignment_string(h.alignment);
 }
 
 std::string positional_scores(const std::vector<float>& scores) {
@@ -169,6 +189,12 @@ int generate_main(const Invocation& inv) {
   const bool score_reference = cfg.generation.score_reference;
   if (score_reference && !has_target)
     raise<UserError>("--score-reference scores the references, but {} has no {} side", subset, t.tgt_lang);
+  const std::string& print_alignment = cfg.generation.print_alignment;
+  if (score_reference && (!print_alignment.empty() || !cfg.generation.replace_unk.empty()))
+    raise<UserError>("--print-alignment and --replace-unk with --score-reference are not supported yet");
+  const auto unk_dict = align_dict(cfg.generation);
+  // fairseq scores strings (turned back into tokens) when BPE is removed or <unk> replaced.
+  const bool retokenized = post_processed || unk_dict.has_value();
   // Batches are collated and searched a window at a time, so memory stays bounded on large sets.
   constexpr size_t kWindow = 32;
   std::vector<std::vector<int64_t>> batch_indices;
@@ -188,26 +214,33 @@ int generate_main(const Invocation& inv) {
         tgt = row_without_pad(batch.target[i], t.tgt_dict.pad());
         target_str = generation::ids_to_string(t.tgt_dict, tgt, bpe, /*escape_unk=*/true);
       }
+      const std::string src_str = generation::ids_to_string(t.src_dict, src, bpe);
       if (!quiet) {
-        out.line(fmt::format("S-{}\t{}", id, generation::ids_to_string(t.src_dict, src, bpe)));
+        out.line(fmt::format("S-{}\t{}", id, src_str));
         if (has_target) out.line(fmt::format("T-{}\t{}", id, target_str));
       }
       const auto& list = hypos[static_cast<size_t>(i)];
       for (size_t j = 0; j < list.size() && static_cast<int64_t>(j) < nbest; ++j) {
         const auto& h = list[j];
-        const std::string hypo_str = generation::ids_to_string(t.tgt_dict, h.tokens, bpe);
+        std::string hypo_str = generation::ids_to_string(t.tgt_dict, h.tokens, bpe);
+        if (unk_dict)
+          hypo_str = generation::replace_unk(hypo_str, src_str, h.alignment, *unk_dict, data::Dictionary::unk_word());
         std::vector<int32_t> hypo_ids;
-        if (post_processed) hypo_ids = scorer.encode_line(hypo_str);  // as fairseq: every hypothesis
+        if (retokenized) hypo_ids = scorer.encode_line(hypo_str);  // as fairseq: every hypothesis
         if (!quiet) {
           const std::string score = generation::python_float(static_cast<double>(h.score));
           out.line(fmt::format("H-{}\t{}\t{}", id, score, hypo_str));
           out.line(fmt::format("D-{}\t{}\t{}", id, score, hypo_str));
           out.line(fmt::format("P-{}\t{}", id, positional_scores(h.positional_scores)));
+          if (!print_alignment.empty()) {
+            out.line(fmt::format(
+                "A-{}\t{}", id, alignment_text(print_alignment, h, row_values(batch.src_tokens[i]), t.src_dict.pad())));
+          }
         }
         if (has_target && j == 0) {
           if (cfg.generation.sacrebleu) {
             sacrebleu->add(std::string_view(hypo_str), {std::string_view(target_str)});
-          } else if (post_processed) {
+          } else if (retokenized) {
             scorer.add(scorer.encode_line(target_str), std::move(hypo_ids));
           } else {
             std::vector<int32_t> r(tgt.begin(), tgt.end()), p(h.tokens.begin(), h.tokens.end());
@@ -288,6 +321,8 @@ int interactive_main(const Invocation& inv) {
     in = &file;
   }
   generation::SequenceGenerator generator = make_generator(cfg, t);
+  const std::string& print_alignment = cfg.generation.print_alignment;
+  const auto unk_dict = align_dict(cfg.generation);
   const int64_t max_source = std::min(cfg.task.max_source_positions, t.model->max_source_positions());
   const int64_t batch_limit = cfg.dataset.batch_size > 0 ? cfg.dataset.batch_size : cfg.interactive.buffer_size;
   const int64_t nbest = cfg.generation.nbest;
@@ -347,15 +382,24 @@ int interactive_main(const Invocation& inv) {
     auto print_batch = [&](size_t b, generation::Hypotheses&& hypos) {
       for (size_t i = starts[b]; i < starts[b] + hypos.size(); ++i) {
         const Item& item = items[i];
-        fmt::print("S-{}\t{}\n", item.id, generation::post_process(item.pieces, bpe));
+        // The input's own words: an <unk> is replaced by the word itself, not by "<unk>".
+        const std::string src_str = generation::post_process(item.pieces, bpe);
+        fmt::print("S-{}\t{}\n", item.id, src_str);
         const auto& list = hypos[i - starts[b]];
         for (size_t j = 0; j < list.size() && static_cast<int64_t>(j) < nbest; ++j) {
           const auto& h = list[j];
-          const std::string hypo_str = generation::ids_to_string(t.tgt_dict, h.tokens, bpe);
+          std::string hypo_str = generation::ids_to_string(t.tgt_dict, h.tokens, bpe);
+          if (unk_dict)
+            hypo_str = generation::replace_unk(hypo_str, src_str, h.alignment, *unk_dict, data::Dictionary::unk_word());
           const std::string score = generation::python_float(static_cast<double>(h.score));
           fmt::print("H-{}\t{}\t{}\n", item.id, score, hypo_str);
           fmt::print("D-{}\t{}\t{}\n", item.id, score, hypo_str);
           fmt::print("P-{}\t{}\n", item.id, positional_scores(h.positional_scores));
+          if (!print_alignment.empty()) {
+            const auto row = static_cast<int64_t>(i - starts[b]);
+            fmt::print("A-{}\t{}\n", item.id,
+                       alignment_text(print_alignment, h, row_values(inputs[b].src_tokens[row]), t.src_dict.pad()));
+          }
         }
       }
       std::fflush(stdout);

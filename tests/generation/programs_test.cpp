@@ -3,6 +3,7 @@
 // sacreBLEU's 13a rules.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <filesystem>
 #include <fstream>
 #include <map>
@@ -305,6 +306,247 @@ TEST_F(ImportedFixture, GenerateWithDiverseBeamSearchAndMatchSourceLen) {
     EXPECT_NE(r.err.find("`generation.diverse_beam_groups` must"), std::string::npos) << r.err;
     EXPECT_EQ(r.out, "");
   }
+}
+
+
+// One generate run's lines per sentence id: the words of S-, H- and A- (first hypothesis).
+struct Sentence {
+  std::vector<std::string> source, hypothesis, alignment;
+  std::string alignment_line;
+};
+
+std::vector<std::string> words(const std::string& text) {
+  std::istringstream in(text);
+  std::vector<std::string> out;
+  for (std::string w; in >> w;) out.push_back(w);
+  return out;
+}
+
+// Also checks that each A- line comes right after its hypothesis' P- line.
+std::map<std::string, Sentence> sentences(const std::string& out) {
+  std::map<std::string, Sentence> by_id;
+  std::istringstream in(out);
+  std::string previous;
+  for (std::string line; std::getline(in, line); previous = line) {
+    const size_t tab = line.find('\t');
+    if (tab == std::string::npos || tab < 3 || line[1] != '-') continue;
+    const std::string id = line.substr(2, tab - 2);
+    std::string text = line.substr(tab + 1);
+    Sentence& s = by_id[id];
+    if (line[0] == 'S') s.source = words(text);
+    if (line[0] == 'H') s.hypothesis = words(text.substr(text.find('\t') + 1));
+    if (line[0] == 'A') {
+      EXPECT_EQ(previous.rfind("P-" + id + "\t", 0), 0u) << "A-" << id << " not after its P- line";
+      s.alignment = words(text);
+      s.alignment_line = text;
+    }
+  }
+  return by_id;
+}
+
+std::string line_of(const std::vector<std::string>& words) {
+  std::string out;
+  for (const auto& w : words) out += (out.empty() ? "" : " ") + w;
+  return out;
+}
+
+std::pair<int64_t, int64_t> pair_of(const std::string& text) {
+  const size_t dash = text.find('-');
+  return {std::stoll(text.substr(0, dash)), std::stoll(text.substr(dash + 1))};
+}
+
+// --print-alignment (hard pairs, and soft weights against a PyTorch recomputation of the last
+// decoder layer's encoder attention) and --replace-unk on 10 test sentences.
+TEST_F(ImportedFixture, GeneratePrintsAlignmentsAndReplacesUnknownWords) {
+  auto generate = [&](const std::vector<std::string>& flags) {
+    std::vector<std::string> argv{testing::program("fairseq-cpp-generate"), testing::fixture_path("data-bin")};
+    argv.insert(argv.end(), {"--path", imported_, "--batch-size", "5", "--num-shards", "100", "--beam", "5"});
+    argv.insert(argv.end(), flags.begin(), flags.end());
+    auto r = testing::run(argv);
+    EXPECT_EQ(r.exit_code, 0) << r.err;
+    return r.out;
+  };
+  const std::string plain = generate({});
+  const std::string hard = generate({"--print-alignment"});
+  auto by_id = sentences(hard);
+  EXPECT_EQ(count_lines(hard, "A-"), 10) << hard;
+  // The search is the same with the attention collected.
+  EXPECT_EQ(count_lines(hard, "A-"), count_lines(hard, "H-"));
+  for (const auto& [id, s] : sentences(plain)) EXPECT_EQ(by_id[id].hypothesis, s.hypothesis) << id;
+  // One pair per target token but </s>, the target side counting up, the source within the
+  // source's tokens (</s> excluded).
+  for (const auto& [id, s] : by_id) {
+    ASSERT_EQ(s.alignment.size(), s.hypothesis.size()) << id << ": " << s.alignment_line;
+    for (size_t t = 0; t < s.alignment.size(); ++t) {
+      auto [src, tgt] = pair_of(s.alignment[t]);
+      EXPECT_EQ(tgt, static_cast<int64_t>(t)) << id;
+      EXPECT_GE(src, 0) << id;
+      EXPECT_LT(src, static_cast<int64_t>(s.source.size())) << id;
+    }
+  }
+
+  // One sentence without <unk> recomputed in PyTorch from fairseq's checkpoint: the decoder
+  // teacher-forced on our hypothesis, the last layer's encoder attention averaged over heads.
+  const std::string soft = generate({"--print-alignment", "soft"});
+  auto soft_by_id = sentences(soft);
+  std::string id;
+  for (const auto& [i, s] : by_id) {
+    const std::string text = line_of(s.source) + " " + line_of(s.hypothesis);
+    if (text.find("<unk>") == std::string::npos && s.hypothesis.size() >= 3) {
+      id = i;
+      break;
+    }
+  }
+  ASSERT_FALSE(id.empty());
+  testing::TempDir tmp;
+  const std::string script = tmp.write("attention.py", R"(import math, sys
+import torch
+tools, checkpoint, dictionary = sys.argv[1:4]
+sys.path.insert(0, tools)
+import restricted_load
+sd = restricted_load.load(checkpoint)['model']
+with open(dictionary, encoding='utf-8') as f:
+    index = {line.split(' ')[0]: i + 4 for i, line in enumerate(f.read().split('\n')) if line}
+lines = sys.stdin.buffer.read().decode('utf-8').split('\n')
+src = torch.tensor([index[w] for w in lines[0].split()] + [2])
+hyp = torch.tensor([index[w] for w in lines[1].split()] + [2])
+dim, heads, layers = 256, 4, 3
+def embed(tokens, prefix):  # fairseq's sinusoidal positions start at padding_idx + 1 = 2
+    half = dim // 2
+    e = torch.exp(torch.arange(half, dtype=torch.float) * -(math.log(10000) / (half - 1)))
+    e = torch.arange(2, 2 + tokens.numel(), dtype=torch.float).unsqueeze(1) * e.unsqueeze(0)
+    return math.sqrt(dim) * sd[prefix + 'embed_tokens.weight'][tokens] + torch.cat([torch.sin(e), torch.cos(e)], 1)
+def linear(x, p):
+    return x @ sd[p + '.weight'].t() + sd[p + '.bias']
+def norm(x, p):
+    return torch.nn.functional.layer_norm(x, (dim,), sd[p + '.weight'], sd[p + '.bias'], 1e-5)
+def attention(x, kv, p, causal=False):
+    d = dim // heads
+    q = (linear(x, p + '.q_proj') * d ** -0.5).view(-1, heads, d).transpose(0, 1)
+    k = linear(kv, p + '.k_proj').view(-1, heads, d).transpose(0, 1)
+    v = linear(kv, p + '.v_proj').view(-1, heads, d).transpose(0, 1)
+    s = q @ k.transpose(1, 2)
+    if causal:
+        s = s.masked_fill(torch.ones_like(s, dtype=torch.bool).triu(1), float('-inf'))
+    w = torch.softmax(s, -1)
+    return linear((w @ v).transpose(0, 1).reshape(-1, dim), p + '.out_proj'), w.mean(0)
+def ffn(x, p):
+    return linear(torch.relu(linear(x, p + 'fc1')), p + 'fc2')
+with torch.no_grad():
+    x = embed(src, 'encoder.')
+    for i in range(layers):
+        p = 'encoder.layers.%d.' % i
+        x = norm(x + attention(x, x, p + 'self_attn')[0], p + 'self_attn_layer_norm')
+        x = norm(x + ffn(x, p), p + 'final_layer_norm')
+    y = embed(torch.cat([torch.tensor([2]), hyp[:-1]]), 'decoder.')
+    for i in range(layers):
+        p = 'decoder.layers.%d.' % i
+        y = norm(y + attention(y, y, p + 'self_attn', causal=True)[0], p + 'self_attn_layer_norm')
+        a, attn = attention(y, x, p + 'encoder_attn')
+        y = norm(y + a, p + 'encoder_attn_layer_norm')
+        y = norm(y + ffn(y, p), p + 'final_layer_norm')
+print(' '.join('%d-%d' % (int(row[:-1].argmax()), t) for t, row in enumerate(attn[:-1])))
+print(' '.join(','.join('%.6f' % w for w in row) for row in attn.tolist()))
+)");
+  auto py = testing::run({testing::python_executable(), script, testing::source_dir() + "/tools",
+                          testing::fixture_path("checkpoint_best.pt"), testing::fixture_path("data-bin/dict.en.txt")},
+                         {}, line_of(by_id[id].source) + "\n" + line_of(by_id[id].hypothesis) + "\n");
+  ASSERT_EQ(py.exit_code, 0) << py.err;
+  std::istringstream py_out(py.out);
+  std::string py_hard, py_soft;
+  std::getline(py_out, py_hard);
+  std::getline(py_out, py_soft);
+  EXPECT_EQ(by_id[id].alignment_line, py_hard) << "sentence " << id;
+  // The soft weights: one row per target token (</s> too), one weight per source token.
+  const auto ours = soft_by_id[id].alignment, theirs = words(py_soft);
+  ASSERT_EQ(ours.size(), theirs.size()) << soft_by_id[id].alignment_line << "\n" << py_soft;
+  for (size_t t = 0; t < ours.size(); ++t) {
+    std::vector<double> a, b;
+    std::stringstream sa(ours[t]), sb(theirs[t]);
+    for (std::string v; std::getline(sa, v, ',');) a.push_back(std::stod(v));
+    for (std::string v; std::getline(sb, v, ',');) b.push_back(std::stod(v));
+    ASSERT_EQ(a.size(), by_id[id].source.size() + 1);
+    ASSERT_EQ(a.size(), b.size());
+    for (size_t s = 0; s < a.size(); ++s) EXPECT_NEAR(a[s], b[s], 5e-6) << "target " << t << ", source " << s;
+  }
+
+  // --replace-unk: an unknown-word penalty of -10 makes the model write <unk>; each becomes the
+  // source token its A- pair names (or "<eos>", fairseq's word past the source), or that word's
+  // translation in an alignment dictionary.
+  const std::string unks = generate({"--print-alignment", "--unkpen", "-10"});
+  const std::string copied = generate({"--print-alignment", "--unkpen", "-10", "--replace-unk"});
+  auto with_unk = sentences(unks), replaced = sentences(copied);
+  std::string dict_lines;
+  int unk_words = 0;
+  for (const auto& [i, s] : with_unk) {
+    const Sentence& r = replaced[i];
+    ASSERT_EQ(r.hypothesis.size(), s.hypothesis.size()) << i;
+    EXPECT_EQ(r.alignment_line, s.alignment_line) << i;
+    for (size_t t = 0; t < s.hypothesis.size(); ++t) {
+      if (s.hypothesis[t] != "<unk>") {
+        EXPECT_EQ(r.hypothesis[t], s.hypothesis[t]) << i;
+        continue;
+      }
+      ++unk_words;
+      const auto src = static_cast<size_t>(pair_of(s.alignment[t]).first);
+      const std::string word = src < s.source.size() ? s.source[src] : "<eos>";
+      EXPECT_EQ(r.hypothesis[t], word) << i << ": " << line_of(r.hypothesis);
+      dict_lines += word + " TRANSLATED\n";
+    }
+  }
+  EXPECT_GT(unk_words, 0) << unks;
+  const std::string translated =
+      generate({"--print-alignment", "--unkpen", "-10", "--replace-unk", tmp.write("align.txt", dict_lines)});
+  EXPECT_EQ(count_lines(translated, "H-"), 10);
+  int translated_words = 0;
+  for (const auto& [i, s] : sentences(translated)) {
+    for (size_t t = 0; t < s.hypothesis.size(); ++t) translated_words += s.hypothesis[t] == "TRANSLATED";
+    EXPECT_EQ(std::count(s.hypothesis.begin(), s.hypothesis.end(), "<unk>"), 0) << i;
+  }
+  EXPECT_EQ(translated_words, unk_words);
+  // D- lines carry the same text.
+  EXPECT_EQ(count_lines(translated, "D-"), 10);
+
+  // fairseq-cpp-interactive: a source word outside the dictionary ("猫猫", whose piece is <unk>
+  // there) keeps its own text in the S- line, and each <unk> of the hypothesis becomes the input
+  // piece its A- pair names.
+  const std::vector<std::string> interactive{testing::program("fairseq-cpp-interactive"),
+                                             testing::fixture_path("data-bin"),
+                                             "--path",
+                                             imported_,
+                                             "--sentencepiece-model",
+                                             testing::fixture_path("spm8k.model"),
+                                             "--remove-bpe",
+                                             "none",
+                                             "--print-alignment",
+                                             "--unkpen",
+                                             "-10"};
+  const std::string input = "A dog named 猫猫 runs on the grass.\n";
+  auto before = testing::run(interactive, {}, input);
+  auto after_argv = interactive;
+  after_argv.push_back("--replace-unk");
+  auto after = testing::run(after_argv, {}, input);
+  ASSERT_EQ(before.exit_code, 0) << before.err;
+  ASSERT_EQ(after.exit_code, 0) << after.err;
+  const Sentence b = sentences(before.out)["0"], a = sentences(after.out)["0"];
+  EXPECT_NE(line_of(a.source).find("猫猫"), std::string::npos) << after.out;
+  ASSERT_EQ(a.hypothesis.size(), b.hypothesis.size());
+  int replaced_words = 0;
+  for (size_t t = 0; t < b.hypothesis.size(); ++t) {
+    if (b.hypothesis[t] != "<unk>") {
+      EXPECT_EQ(a.hypothesis[t], b.hypothesis[t]);
+      continue;
+    }
+    ++replaced_words;
+    const auto src = static_cast<size_t>(pair_of(b.alignment[t]).first);
+    EXPECT_EQ(a.hypothesis[t], src < b.source.size() ? b.source[src] : "<eos>") << after.out;
+  }
+  EXPECT_GT(replaced_words, 0) << before.out;
+
+  auto missing = testing::run({testing::program("fairseq-cpp-generate"), testing::fixture_path("data-bin"), "--path",
+                               imported_, "--replace-unk", tmp.path() + "/nothing.txt"});
+  EXPECT_EQ(missing.exit_code, 2) << missing.err;
+  EXPECT_NE(missing.err.find("nothing.txt"), std::string::npos) << missing.err;
 }
 
 }  // namespace

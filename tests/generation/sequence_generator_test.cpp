@@ -29,10 +29,14 @@ using Script = std::map<Prefix, Distribution>;   // prefix (after the leading </
 // prev_output_tokens, else the test fails.
 class ScriptedModel : public models::EncoderDecoderModel {
  public:
-  explicit ScriptedModel(std::vector<Script> scripts) : scripts_(std::move(scripts)) {}
+  // `peaks`: with state.need_attn, the source position each prefix attends to (0.8 there, 0.1 on
+  // each of the others); a prefix not listed attends to position 0.
+  explicit ScriptedModel(std::vector<Script> scripts, std::map<Prefix, int64_t> peaks = {})
+      : scripts_(std::move(scripts)), peaks_(std::move(peaks)) {}
 
   models::EncoderOut encode(const at::Tensor& src_tokens, const at::Tensor&) override {
     const int64_t bsz = src_tokens.size(0);
+    width_ = src_tokens.size(1);
     // (B) sentence numbers -> (B, 1, 1) "states"
     return {torch::arange(bsz, torch::kFloat32).view({bsz, 1, 1}), torch::zeros({bsz, 1}, torch::kBool), at::Tensor()};
   }
@@ -55,6 +59,15 @@ class ScriptedModel : public models::EncoderDecoderModel {
       const Distribution dist = it == scripts_.at(sentence).end() ? Distribution{{kEos, 1.0}} : it->second;
       for (const auto& [word, p] : dist) logits[r][0][word] = std::log(p);
     }
+    if (state.need_attn) {
+      state.attn = torch::full({rows, width_}, 0.1f);  // (N, S)
+      for (int64_t r = 0; r < rows; ++r) {
+        Prefix prefix;
+        for (int64_t t = 1; t < prev.size(1); ++t) prefix.push_back(prev[r][t].item<int64_t>());
+        auto it = peaks_.find(prefix);
+        state.attn[r][it == peaks_.end() ? 0 : it->second] = 0.8f;
+      }
+    }
     ++calls_;
     return logits;
   }
@@ -64,6 +77,8 @@ class ScriptedModel : public models::EncoderDecoderModel {
 
  private:
   std::vector<Script> scripts_;
+  std::map<Prefix, int64_t> peaks_;
+  int64_t width_ = 0;
 };
 
 // Sentence "0": a 0.6 / b 0.4; after a: </s> 0.4, b 0.6; after b: </s> 0.8, a 0.2; then </s>.
@@ -409,6 +424,79 @@ TEST(SequenceGenerator, MatchSourceLenGivesOutputsOfTheSourcesLength) {
   // min_len above the longest output allowed is refused, as fairseq's assertion does.
   o.min_len = 4;
   EXPECT_THROW(run({two, three}, o, {}, {2, 3}), UserError);
+}
+
+
+using Alignment = std::vector<std::pair<int64_t, int64_t>>;
+
+// The peak column of each row of a hypothesis' attention (T, S).
+std::vector<int64_t> peaks(const at::Tensor& attention) { return to_vector(attention.argmax(1)); }
+
+// a .6 / b .4; after a: </s> .4, a .35, c .25; after b: c .9, </s> .1; then </s>. Beam 2, step 1:
+// b-c .36 (row 1), a-</s> .24 (row 0, finalizes), a-a .21 (row 0): b-c moves to row 0 and a-a to
+// row 1, so an attention that stayed in its row would give b-c the attention of a's prefix.
+const Script kSwap = {
+    {{}, {{kA, 0.6}, {kB, 0.4}}},
+    {{kA}, {{kEos, 0.4}, {kA, 0.35}, {kC, 0.25}}},
+    {{kB}, {{kC, 0.9}, {kEos, 0.1}}},
+};
+const std::map<Prefix, int64_t> kSwapPeaks = {{{}, 2}, {{kA}, 0}, {{kB}, 1}, {{kB, kC}, 2}, {{kA, kA}, 1}};
+
+TEST(SequenceGenerator, AttentionAndAlignmentFollowTheBeamReorderings) {
+  GeneratorOptions o;
+  o.beam = 2;
+  o.need_attn = true;
+  // Sentence 0 ends at step 1 (<unk>-</s> and c-</s>) and leaves the batch; sentence 1's rows move
+  // up from 2, 3 to 0, 1 and, at the end of step 1, swap.
+  const Script short_one = {{{}, {{kUnk, 0.5}, {kC, 0.45}, {kEos, 0.05}}}};
+  ScriptedModel model({short_one, kSwap}, kSwapPeaks);
+  SequenceGenerator generator(o, {1, kEos, kUnk, kVocab});
+  auto hypos = generator.generate(model, torch::full({2, 3}, kA, torch::kInt64), torch::tensor({3, 3}));
+  ASSERT_EQ(hypos.size(), 2u);
+  ASSERT_EQ(hypos[1].size(), 2u);
+  // b (prefix "": 2), c (prefix b: 1), </s> (prefix b c: 2); a (2), </s> (prefix a: 0).
+  expect_hypothesis(hypos[1][0], {kB, kC, kEos}, std::log(0.36) / 3, {std::log(0.4), std::log(0.9), 0.0});
+  EXPECT_EQ(peaks(hypos[1][0].attention), (std::vector<int64_t>{2, 1, 2}));
+  EXPECT_EQ(hypos[1][0].alignment, (Alignment{{2, 0}, {1, 1}}));  // </s> has no pair
+  expect_hypothesis(hypos[1][1], {kA, kEos}, std::log(0.24) / 2, {std::log(0.6), std::log(0.4)});
+  EXPECT_EQ(peaks(hypos[1][1].attention), (std::vector<int64_t>{2, 0}));
+  EXPECT_EQ(hypos[1][1].alignment, (Alignment{{2, 0}}));
+  // The step-0 attention is the one row of the sentence, expanded to its beam.
+  for (const auto& h : hypos[0]) {
+    EXPECT_EQ(peaks(h.attention), (std::vector<int64_t>{2, 0})) << h.tokens[0];
+    EXPECT_EQ(h.alignment, (Alignment{{2, 0}}));
+    EXPECT_NEAR(h.attention[0][2].item<float>(), 0.8f, 1e-6);
+    EXPECT_NEAR(h.attention[0][0].item<float>(), 0.1f, 1e-6);
+  }
+
+  // Without need_attn: the same hypotheses, and no attention.
+  o.need_attn = false;
+  ScriptedModel plain({short_one, kSwap}, kSwapPeaks);
+  auto without = SequenceGenerator(o, {1, kEos, kUnk, kVocab})
+                     .generate(plain, torch::full({2, 3}, kA, torch::kInt64), torch::tensor({3, 3}));
+  for (size_t s = 0; s < 2; ++s) {
+    for (size_t h = 0; h < 2; ++h) {
+      EXPECT_EQ(without[s][h].tokens, hypos[s][h].tokens);
+      EXPECT_EQ(without[s][h].score, hypos[s][h].score);
+      EXPECT_FALSE(without[s][h].attention.defined());
+      EXPECT_TRUE(without[s][h].alignment.empty());
+    }
+  }
+}
+
+TEST(HardAlignment, SkipsPaddingAndEndOfSentenceOnBothSides) {
+  // Source "<pad> <pad> x y </s>" (left-padded): words x = 0, y = 1. Target "p q </s>".
+  const std::vector<int64_t> source = {1, 1, 7, 8, kEos};
+  const std::vector<int64_t> target = {kA, kB, kEos};
+  // p: the most on the padding, then on y; q: the most on </s>, then on x; </s>: no pair.
+  at::Tensor attention =
+      torch::tensor({{0.5f, 0.0f, 0.1f, 0.3f, 0.1f}, {0.0f, 0.0f, 0.3f, 0.2f, 0.5f}, {0.0f, 0.0f, 0.0f, 0.0f, 1.0f}});
+  EXPECT_EQ(hard_alignment(attention, source, target, 1, kEos), (Alignment{{1, 0}, {0, 1}}));
+  // Equal weights: the first.
+  at::Tensor flat = torch::full({3, 5}, 0.2f);
+  EXPECT_EQ(hard_alignment(flat, source, target, 1, kEos), (Alignment{{0, 0}, {0, 1}}));
+  // A source of </s> alone aligns nothing, as fairseq.
+  EXPECT_TRUE(hard_alignment(torch::ones({3, 1}), {kEos}, target, 1, kEos).empty());
 }
 
 }  // namespace

@@ -361,6 +361,26 @@ TensorDict model_entry(const StateDict& checkpoint, const std::string& origin) {
   return out;
 }
 
+bool has_ema_entry(const StateDict& checkpoint) {
+  if (!checkpoint.contains("extra_state") || !checkpoint.at("extra_state").isGenericDict()) return false;
+  return checkpoint.at("extra_state").toGenericDict().contains("ema");
+}
+
+TensorDict ema_entry(const StateDict& checkpoint, const std::string& origin) {
+  if (!has_ema_entry(checkpoint))
+    raise<DataError>("{} holds no EMA weights (extra_state.ema): train with `ema.store_ema: true` to keep them",
+                     origin);
+  const c10::IValue& ema = checkpoint.at("extra_state").toGenericDict().at("ema");
+  if (!ema.isGenericDict()) raise<DataError>("{}: `extra_state.ema` is not a dict of tensors", origin);
+  TensorDict out;
+  for (const auto& item : ema.toGenericDict()) {
+    if (!item.key().isString() || !item.value().isTensor())
+      raise<DataError>("{}: `extra_state.ema` must map names to tensors", origin);
+    out.insert(item.key().toStringRef(), item.value().toTensor());
+  }
+  return out;
+}
+
 void load_model_state(torch::nn::Module& module, const TensorDict& state, const std::string& origin) {
   auto params = module.named_parameters(true);
   auto buffers = module.named_buffers(true);

@@ -48,6 +48,11 @@ TensorDict model_state(const torch::nn::Module& module);
 void load_model_state(torch::nn::Module& module, const TensorDict& state, const std::string& origin);
 // The "model" entry of a loaded checkpoint as a name -> tensor dict.
 TensorDict model_entry(const StateDict& checkpoint, const std::string& origin);
+// The EMA weights of a checkpoint trained with ema.store_ema (extra_state["ema"], as fairseq saves
+// them) as a name -> tensor dict. Throws DataError naming `origin` when it has none.
+TensorDict ema_entry(const StateDict& checkpoint, const std::string& origin);
+// Whether the checkpoint holds EMA weights.
+bool has_ema_entry(const StateDict& checkpoint);
 // The "cfg" entry parsed and validated (missing keys take their defaults). Throws DataError naming
 // `origin` when it is not a valid config.
 config::Config config_entry(const StateDict& checkpoint, const std::string& origin);

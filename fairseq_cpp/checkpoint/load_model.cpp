@@ -7,12 +7,13 @@
 
 namespace fairseq_cpp::checkpoint {
 
-LoadedModel load_model(const std::string& path, const models::Vocabularies& vocabularies, const c10::Device& device) {
-  return load_model(load_file(path), path, vocabularies, device);
+LoadedModel load_model(const std::string& path, const models::Vocabularies& vocabularies, const c10::Device& device,
+                       bool use_ema) {
+  return load_model(load_file(path), path, vocabularies, device, use_ema);
 }
 
 LoadedModel load_model(const StateDict& state, const std::string& path, const models::Vocabularies& vocabularies,
-                       const c10::Device& device) {
+                       const c10::Device& device, bool use_ema) {
   LoadedModel out;
   out.config = config_entry(state, path);
   models::TransformerOptions options;
@@ -22,7 +23,7 @@ LoadedModel load_model(const StateDict& state, const std::string& path, const mo
     raise<DataError>("{}: stored model config: {}", path, e.what());
   }
   out.model = std::make_shared<models::TransformerModel>(options, vocabularies);
-  TensorDict weights = model_entry(state, path);
+  TensorDict weights = use_ema ? ema_entry(state, path) : model_entry(state, path);
   // Embedding sizes name the dictionary when they disagree.
   auto it = weights.find("encoder.embed_tokens.weight");
   if (it != weights.end() && it->value().size(0) != vocabularies.source_size) {

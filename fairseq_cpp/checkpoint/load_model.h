@@ -22,10 +22,12 @@ struct LoadedModel {
   std::shared_ptr<models::TransformerModel> model;  // on `device`, in eval mode
 };
 
-// Throws UserError/DataError naming `path` for a missing, foreign or mismatching file.
-LoadedModel load_model(const std::string& path, const models::Vocabularies& vocabularies, const c10::Device& device);
+// Throws UserError/DataError naming `path` for a missing, foreign or mismatching file. With
+// `use_ema`, the model takes the checkpoint's EMA weights (DataError when it has none).
+LoadedModel load_model(const std::string& path, const models::Vocabularies& vocabularies, const c10::Device& device,
+                       bool use_ema = false);
 // The same from a checkpoint already read with load_file(path).
 LoadedModel load_model(const c10::impl::GenericDict& checkpoint, const std::string& path,
-                       const models::Vocabularies& vocabularies, const c10::Device& device);
+                       const models::Vocabularies& vocabularies, const c10::Device& device, bool use_ema = false);
 
 }  // namespace fairseq_cpp::checkpoint

@@ -48,6 +48,8 @@ void describe(CommonEvalConfig& c, Section& s) {
       .when_bare("subword_nmt");
   s.add("quiet", &c.quiet, "print only the final scores");
   s.add("results_path", &c.results_path, "write generations to a file in this directory (empty = stdout)");
+  s.add("use_ema", &c.use_ema,
+        "use the checkpoint's EMA weights (saved by training with ema.store_ema) instead of its model weights");
 }
 
 void describe(DistributedTrainingConfig& c, Section& s) {
@@ -325,6 +327,20 @@ void describe(ScoringConfig& c, Section& s) {
   s.add("resample_seed", &c.resample_seed, "seed of the resamples and trials, as sacreBLEU's SACREBLEU_SEED (numpy's default_rng)").at_least(0);
 }
 
+void describe(EmaConfig& c, Section& s) {
+  s.add("store_ema", &c.store_ema, "keep an exponential moving average (EMA) of the weights, saved in checkpoints");
+  s.add("ema_decay", &c.ema_decay, "decay of the EMA: shadow = decay * shadow + (1 - decay) * weights")
+      .at_least(0)
+      .at_most(1);
+  s.add("ema_start_update", &c.ema_start_update, "before this many updates the EMA copies the weights").at_least(0);
+  s.add("ema_seed_model", &c.ema_seed_model, "start the EMA from this checkpoint's EMA weights");
+  s.add("ema_update_freq", &c.ema_update_freq, "one EMA step every this many updates").at_least(1);
+  s.add("ema_fp32", &c.ema_fp32, "keep the EMA in float32")
+      .same_for_every_value("the EMA is always float32 here, as the weights are");
+  s.add("validate_with_ema", &c.validate_with_ema,
+        "validate (loss, BLEU, best checkpoint) with the EMA weights instead of the model's");
+}
+
 void describe(AverageConfig& c, Section& s) {
   s.add("inputs", &c.inputs,
         "checkpoints to average, or the directory that holds them with --num-epoch-checkpoints or "
@@ -370,6 +386,8 @@ std::vector<Section> describe(Config& cfg) {
   describe(cfg.optimization, sections.back());
   sections.emplace_back("checkpoint", "saving and resuming checkpoints, early stopping");
   describe(cfg.checkpoint, sections.back());
+  sections.emplace_back("ema", "exponential moving average of the weights");
+  describe(cfg.ema, sections.back());
   sections.emplace_back("generation", "beam search and sampling");
   describe(cfg.generation, sections.back());
   sections.emplace_back("preprocess", "fairseq-preprocess: dictionaries, binarized data, SentencePiece");
@@ -398,6 +416,11 @@ std::string str(int64_t v) { return std::to_string(v); }
 }  // namespace
 
 void check_consistency(const Config& cfg, std::vector<std::string>& errors) {
+  if (!cfg.ema.store_ema && (cfg.ema.validate_with_ema || !cfg.ema.ema_seed_model.empty())) {
+    errors.push_back(std::string("`ema.store_ema` must be true when `ema.") +
+                     (cfg.ema.validate_with_ema ? "validate_with_ema` is true" : "ema_seed_model` is set") +
+                     ", but is false instead.");
+  }
   if (cfg.common.fp16 && cfg.common.bf16) {
     errors.push_back("`common.bf16` must be false when `common.fp16` is true, but is " + str(cfg.common.bf16) +
                      " instead.");

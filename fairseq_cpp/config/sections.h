@@ -50,6 +50,7 @@ struct CommonEvalConfig {
                              // or a literal symbol such as "@@ "); empty or "none" = leave as is
   bool quiet = false;        // print only the final scores
   std::string results_path;  // write generations to a file in this directory; empty = stdout
+  bool use_ema = false;      // evaluate the checkpoint's EMA weights (extra_state["ema"]) instead of its model
 };
 void describe(CommonEvalConfig& c, Section& s);
 
@@ -316,6 +317,19 @@ struct ScoringConfig {
 };
 void describe(ScoringConfig& c, Section& s);
 
+// `ema`: fairseq's exponential moving average of the weights (EMAConfig), kept in float32 beside
+// the model, saved in checkpoints as extra_state["ema"].
+struct EmaConfig {
+  bool store_ema = false;        // keep the EMA of the weights
+  double ema_decay = 0.9999;     // shadow = decay * shadow + (1 - decay) * weights, at each EMA step
+  int64_t ema_start_update = 0;  // before this many updates the EMA copies the weights (decay 0)
+  std::string ema_seed_model;    // start the EMA from this checkpoint's EMA weights; empty = from the model
+  int64_t ema_update_freq = 1;   // one EMA step every this many updates
+  bool ema_fp32 = false;         // keep the EMA in float32 (it always is here: the weights are float32)
+  bool validate_with_ema = false;  // validation (loss, BLEU, best checkpoint) uses the EMA weights
+};
+void describe(EmaConfig& c, Section& s);
+
 // `average`: fairseq's scripts/average_checkpoints.py (fairseq-cpp-eval average).
 struct AverageConfig {
   std::vector<std::string> inputs;       // checkpoint files, or one directory with the num_* keys
@@ -340,6 +354,7 @@ struct Config {
   LrSchedulerConfig lr_scheduler;
   OptimizationConfig optimization;
   CheckpointConfig checkpoint;
+  EmaConfig ema;
   GenerationConfig generation;
   PreprocessConfig preprocess;
   InteractiveConfig interactive;

@@ -14,6 +14,9 @@ int average_main(const config::Config& cfg) {
   const config::AverageConfig& o = cfg.average;
   if (o.inputs.empty()) raise<UserError>("`average.inputs` is empty: give the checkpoints (or their directory) with --inputs");
   if (o.output.empty()) raise<UserError>("`average.output` is not set: give the file to write with --output");
+  if (cfg.common_eval.use_ema)
+    raise<UserError>("`common_eval.use_ema` (--use-ema) is for validate, generate and interactive: average reads the "
+                     "checkpoints' model weights");
   std::vector<std::string> paths = o.inputs;
   std::error_code ec;
   for (const auto& p : paths) {

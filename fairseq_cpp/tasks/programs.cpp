@@ -11,7 +11,7 @@ const config::ProgramSpec& train_spec() {
       "Train a sequence-to-sequence model (fairseq-train). The launch mode (single process, local spawn,\n"
       "SLURM or torchrun) is chosen from the config and the environment.",
       {"common", "distributed_training", "dataset", "task", "model", "criterion", "optimizer", "lr_scheduler",
-       "optimization", "checkpoint"},
+       "optimization", "checkpoint", "ema"},
       "task.data",
       {{"dry-run-distributed", "print the resolved distributed topology of this process and exit"}},
       {}};

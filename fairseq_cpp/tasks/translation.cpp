@@ -272,7 +272,17 @@ int train_translation(const config::Config& cfg, distributed::Gang& gang) {
   trainer_options.max_nonfinite = optimization.max_nonfinite;
   trainer_options.check_interval = cfg.distributed_training.check_interval;
   trainer_options.bucket_cap_mb = static_cast<double>(cfg.distributed_training.bucket_cap_mb);
+  if (cfg.ema.store_ema)
+    trainer_options.ema = trainer::EmaOptions{cfg.ema.ema_decay, cfg.ema.ema_start_update, cfg.ema.ema_update_freq};
   trainer::Trainer trainer(trainer_options, model, criterion, std::move(optimizer), std::move(scheduler), gang);
+  if (trainer.ema()) {
+    // fairseq's ema_seed_model: the EMA starts from another run's EMA weights (a resume's own win).
+    const std::string& seed = cfg.ema.ema_seed_model;
+    if (!seed.empty()) trainer.ema()->restore(checkpoint::ema_entry(checkpoint::load_file(seed), seed), 0, seed);
+    log::info("train", "EMA of the weights: decay {}, from update {}, every {} update(s){}{}", cfg.ema.ema_decay,
+              cfg.ema.ema_start_update, cfg.ema.ema_update_freq, seed.empty() ? "" : "; seeded from " + seed,
+              cfg.ema.validate_with_ema ? "; validation uses it" : "");
+  }
   log::info("train", "model {}: {} parameters; criterion {}; optimizer {}; {} workers", cfg.model.arch,
             models::count_parameters(*model), cfg.criterion._name, cfg.optimizer._name, gang.size());
 
@@ -350,6 +360,8 @@ int train_translation(const config::Config& cfg, distributed::Gang& gang) {
   // Validates on every valid subset (sharded across ranks, summed); returns the first's results.
   auto validate = [&](int64_t epoch) -> std::optional<Validation> {
     if (valid_sets.empty() || trainer.num_updates() < cfg.dataset.validate_after_updates) return std::nullopt;
+    std::optional<trainer::EmaWeights> ema_weights;  // the model holds the EMA until validation ends
+    if (cfg.ema.validate_with_ema) ema_weights.emplace(*trainer.ema(), trainer.model());
     std::optional<Validation> first;
     for (const auto& [name, set] : valid_sets) {
       data::SizeFilterOptions vf = filter;

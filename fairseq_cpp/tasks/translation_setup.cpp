@@ -80,10 +80,12 @@ Translation load_translation(const config::Config& cli, const std::string& split
   std::vector<std::shared_ptr<models::EncoderDecoderModel>> members;
   for (size_t i = 0; i < paths.size(); ++i) {
     checkpoint::LoadedModel loaded =
-        checkpoint::load_model(i == 0 ? stored : checkpoint::load_file(paths[i]), paths[i], vocab, t.device);
+        checkpoint::load_model(i == 0 ? stored : checkpoint::load_file(paths[i]), paths[i], vocab, t.device,
+                               cli.common_eval.use_ema);
     if (i == 0) t.trained = loaded.config;
-    log::info("generate", "loaded {} ({} parameters, arch {}) on {}", paths[i], models::count_parameters(*loaded.model),
-              loaded.config.model.arch, t.device.str());
+    log::info("generate", "loaded {} ({} parameters, arch {}{}) on {}", paths[i],
+              models::count_parameters(*loaded.model), loaded.config.model.arch,
+              cli.common_eval.use_ema ? ", its EMA weights" : "", t.device.str());
     members.push_back(loaded.model);
   }
   t.models = members.size();

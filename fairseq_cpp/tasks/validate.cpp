@@ -64,10 +64,10 @@ std::vector<SubsetLoss> validate(const config::Config& cli) {
 
   const bool cuda = torch::cuda::is_available() && !cli.common.cpu;
   const c10::Device device = cuda ? c10::Device(c10::kCUDA, 0) : c10::Device(c10::kCPU);
-  checkpoint::LoadedModel loaded = checkpoint::load_model(stored, path, vocab, device);
+  checkpoint::LoadedModel loaded = checkpoint::load_model(stored, path, vocab, device, cli.common_eval.use_ema);
   const config::Config& trained = loaded.config;
-  log::info("eval", "loaded {} ({} parameters, arch {}) on {}", path, models::count_parameters(*loaded.model),
-            trained.model.arch, device.str());
+  log::info("eval", "loaded {} ({} parameters, arch {}{}) on {}", path, models::count_parameters(*loaded.model),
+            trained.model.arch, cli.common_eval.use_ema ? ", its EMA weights" : "", device.str());
   criterions::Criterion criterion(
       criterions::criterion_options(trained.criterion, trained.optimization, tgt_dict.pad()));
 

@@ -31,6 +31,7 @@ Trainer::Trainer(const TrainerOptions& options, std::shared_ptr<models::EncoderD
       optimizer_(std::move(optimizer)),
       lr_scheduler_(std::move(lr_scheduler)),
       gang_(gang),
+      ema_(options.ema ? std::make_unique<Ema>(*options.ema, *model_) : nullptr),
       params_(models::unique_parameters(*model_)),
       device_(gang.device()) {
   for (auto& p : params_) {
@@ -138,6 +139,7 @@ StepStats Trainer::train_step(const std::vector<data::Batch>& samples) {
   optimizer_->step();
   ++num_updates_;
   optimizer_->set_lr(lr_scheduler_->step_update(num_updates_));
+  if (ema_) ema_->step(*model_, num_updates_);  // the same weights on every rank: the same shadow
   if (options_.check_interval > 0 && num_updates_ % options_.check_interval == 0 && gang_.size() > 1)
     check_parameters_agree();
   return stats;

@@ -12,6 +12,7 @@
 //   StepStats s = trainer.train_step(epoch_itr.next_group(update_freq));
 
 #include <memory>
+#include <optional>
 #include <vector>
 
 #include "fairseq_cpp/criterions/cross_entropy.h"
@@ -20,6 +21,7 @@
 #include "fairseq_cpp/models/encoder_decoder.h"
 #include "fairseq_cpp/optim/lr_scheduler.h"
 #include "fairseq_cpp/optim/optimizer.h"
+#include "fairseq_cpp/trainer/ema.h"
 
 namespace fairseq_cpp::trainer {
 
@@ -29,6 +31,7 @@ struct TrainerOptions {
   int64_t max_nonfinite = 5;     // stop after this many non-finite gradient norms in a row
   int64_t check_interval = 100;  // compare a parameter checksum across ranks every N updates; 0 = off
   double bucket_cap_mb = 25.0;   // gradient bucket size for the all-reduce, in MiB (of float64 sums)
+  std::optional<EmaOptions> ema;  // keep an EMA of the weights, stepped after each update; unset = none
 };
 
 // What one update did, summed over every worker and micro-batch.
@@ -60,6 +63,8 @@ class Trainer {
   optim::Optimizer& optimizer() { return *optimizer_; }
   optim::LrScheduler& lr_scheduler() { return *lr_scheduler_; }
   distributed::Gang& gang() { return gang_; }
+  // The EMA of the weights (options.ema), or nullptr.
+  Ema* ema() { return ema_.get(); }
   // At the end of an epoch: the scheduler's epoch step; returns the new learning rate.
   double lr_step(int64_t epoch, std::optional<double> val_loss);
 
@@ -79,6 +84,7 @@ class Trainer {
   std::unique_ptr<optim::Optimizer> optimizer_;
   std::unique_ptr<optim::LrScheduler> lr_scheduler_;
   distributed::Gang& gang_;
+  std::unique_ptr<Ema> ema_;
   std::vector<at::Tensor> params_;  // unique parameters, in a fixed order on every rank
   at::Tensor grad_sum_;             // (all parameters,) float64: this update's gradient sum, once needed
   int64_t num_scalars_ = 0;         // scalars in params_

@@ -49,6 +49,10 @@ checkpoint::StateDict make_checkpoint(Trainer& trainer, const TrainingState& sta
   extra.insert("best", state.best.value_or(0.0));
   extra.insert("bad_validations", state.bad_validations);
   extra.insert("wall_seconds", state.wall_seconds);
+  if (Ema* ema = trainer.ema()) {
+    extra.insert("ema", ema->state(trainer.model()));  // fairseq's key: its load_ema_from_checkpoint reads it
+    extra.insert("ema_update_counter", ema->counter());
+  }
   ckpt.insert("extra_state", extra);
   return ckpt;
 }
@@ -81,6 +85,16 @@ TrainingState restore_checkpoint(const checkpoint::StateDict& ckpt, const std::s
     log::info("checkpoint", "{} holds no optimizer state (saved with --no-save-optimizer-state): the optimizer starts "
               "afresh", path);
   if (!options.reset_lr_scheduler) trainer.lr_scheduler().load_state_dict(get_dict(ckpt, "lr_scheduler", path));
+  if (Ema* ema = trainer.ema()) {
+    if (checkpoint::has_ema_entry(ckpt)) {
+      const int64_t counter = extra.contains("ema_update_counter") ? get_int(extra, "ema_update_counter", path) : 0;
+      ema->restore(checkpoint::ema_entry(ckpt, path), counter, path);
+    } else {
+      // fairseq: "EMA not found in checkpoint ... EMA is re-initialized from checkpoint."
+      log::warning("checkpoint", "{} holds no EMA weights: the EMA starts from its model weights", path);
+      ema->restore(checkpoint::model_entry(ckpt, path), 0, path);
+    }
+  }
   trainer.set_num_updates(state.num_updates);
   return state;
 }

@@ -3,7 +3,7 @@
 // a checkpoint file together with the model, optimizer and LR scheduler:
 //   "model", "cfg", "optimizer", "lr_scheduler", "extra_state" {train_iterator {epoch,
 //   global_batches, shuffle, data_shard, data_shards}, num_updates, best, bad_validations,
-//   wall_seconds}
+//   wall_seconds, and with an EMA: ema {name -> tensor}, ema_update_counter}
 
 #include <optional>
 #include <string>

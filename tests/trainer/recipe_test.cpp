@@ -347,5 +347,84 @@ print(json.dumps(out))
 }
 #endif
 
+
+// fairseq's EMA (issue 18): the shadow is saved as extra_state.ema and resumes exactly (its update
+// counter too), validation uses it with ema.validate_with_ema, the evaluation programs load it with
+// --use-ema, and ema_seed_model starts a run from another run's EMA.
+TEST_F(Recipes, EmaResumesExactlyAndValidationAndEvaluationUseIt) {
+  const std::string ema = "ema:\n  store_ema: true\n  ema_decay: 0.9\n  ema_update_freq: 3\n  validate_with_ema: true\n";
+  const std::string straight = work_.path() + "/straight", resumed = work_.path() + "/resumed";
+  auto rs = train(config(straight, 1, 1, 30, ema, 0.1));
+  ASSERT_EQ(rs.exit_code, 0) << rs.err;
+  EXPECT_NE(rs.err.find("EMA of the weights: decay 0.9, from update 0, every 3 update(s); validation uses it"),
+            std::string::npos)
+      << rs.err;
+  ASSERT_EQ(train(config(resumed, 1, 1, 17, ema, 0.1)).exit_code, 0);
+  EXPECT_EQ(extra_state(resumed + "/checkpoint_last.pt").at("ema_update_counter").toInt(), 2);  // steps at 15, then 16, 17
+  auto r2 = train(config(resumed, 1, 1, 30, ema, 0.1));
+  ASSERT_EQ(r2.exit_code, 0) << r2.err;
+  const std::string last = straight + "/checkpoint_last.pt";
+  const auto s_ckpt = checkpoint::load_file(last), r_ckpt = checkpoint::load_file(resumed + "/checkpoint_last.pt");
+  const auto s_ema = checkpoint::ema_entry(s_ckpt, "straight"), r_ema = checkpoint::ema_entry(r_ckpt, "resumed");
+  const auto s_model = checkpoint::model_entry(s_ckpt, "straight");
+  ASSERT_EQ(s_ema.size(), s_model.size());
+  double moved = 0;
+  for (const auto& item : s_ema) {
+    EXPECT_TRUE(torch::equal(item.value(), r_ema.at(item.key()))) << item.key();
+    EXPECT_TRUE(torch::equal(s_model.at(item.key()), checkpoint::model_entry(r_ckpt, "resumed").at(item.key())))
+        << item.key();
+    moved = std::max(moved, (item.value() - s_model.at(item.key())).abs().max().item<double>());
+  }
+  EXPECT_GT(moved, 1e-3);  // the EMA is not the model
+
+  // The last validation (at update 30, of the saved weights) used the EMA: fairseq-cpp-eval
+  // validate --use-ema gives its loss, without --use-ema another one.
+  auto valid = summaries(rs.err, "valid");
+  ASSERT_FALSE(valid.empty()) << rs.err;
+  ASSERT_EQ(valid.back()["valid_num_updates"].get<double>(), 30);
+  const double logged = valid.back()["valid_loss"].get<double>();
+  auto eval_loss = [&](const std::string& path, bool use_ema) {
+    std::vector<std::string> argv{program("fairseq-cpp-eval"), "validate", corpus_->path() + "/bin", "--path", path,
+                                  "--valid-subset", "valid", "--source-lang", "src", "--target-lang", "tgt",
+                                  "--max-tokens", "4096"};
+    if (use_ema) argv.push_back("--use-ema");
+    auto v = run(argv);
+    EXPECT_EQ(v.exit_code, 0) << v.err;
+    std::smatch m;
+    const std::string text = v.out;
+    EXPECT_TRUE(std::regex_search(text, m, std::regex(R"(\| loss ([0-9.]+))"))) << text;
+    return m.empty() ? -1.0 : std::stod(m[1]);
+  };
+  EXPECT_NEAR(eval_loss(last, true), logged, 1e-3);
+  const double own = eval_loss(last, false);
+  EXPECT_GT(std::abs(own - logged), 5e-3) << own << " " << logged;
+
+  // generate --use-ema translates with the EMA; a checkpoint without one is refused (exit 2).
+  const std::vector<std::string> gen{program("fairseq-cpp-generate"), corpus_->path() + "/bin", "--path", last,
+                                     "--gen-subset", "valid", "--source-lang", "src", "--target-lang", "tgt",
+                                     "--use-ema", "--quiet"};
+  auto g = run(gen);
+  ASSERT_EQ(g.exit_code, 0) << g.err;
+  EXPECT_NE(g.err.find("its EMA weights"), std::string::npos) << g.err;
+  const std::string plain = work_.path() + "/plain";
+  ASSERT_EQ(train(config(plain, 1, 1, 1)).exit_code, 0);
+  std::vector<std::string> plain_gen = gen;
+  plain_gen[3] = plain + "/checkpoint_last.pt";
+  auto no_ema = run(plain_gen);
+  EXPECT_EQ(no_ema.exit_code, 2) << no_ema.err;
+  EXPECT_NE(no_ema.err.find(plain_gen[3] + " holds no EMA weights (extra_state.ema)"), std::string::npos) << no_ema.err;
+
+  // ema_seed_model: with decay 1 the EMA stays the seed's exactly.
+  const std::string seeded = work_.path() + "/seeded";
+  auto rseed = train(config(seeded, 1, 1, 2, "ema:\n  store_ema: true\n  ema_decay: 1.0\n  ema_seed_model: " + last + "\n"));
+  ASSERT_EQ(rseed.exit_code, 0) << rseed.err;
+  const auto seeded_ema = checkpoint::ema_entry(checkpoint::load_file(seeded + "/checkpoint_last.pt"), "seeded");
+  for (const auto& item : s_ema) EXPECT_TRUE(torch::equal(item.value(), seeded_ema.at(item.key()))) << item.key();
+  auto missing = train(config(work_.path() + "/x", 1, 1, 2), {"ema.ema_seed_model=" + last});
+  EXPECT_EQ(missing.exit_code, 2);
+  EXPECT_NE(missing.err.find("`ema.store_ema` must be true when `ema.ema_seed_model` is set"), std::string::npos)
+      << missing.err;
+}
+
 }  // namespace
 }  // namespace fairseq_cpp::testing

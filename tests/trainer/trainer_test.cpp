@@ -6,8 +6,12 @@
 #include <gtest/gtest.h>
 #include <torch/torch.h>
 
+#include <functional>
+#include <map>
 #include <thread>
 
+#include "fairseq_cpp/checkpoint/checkpoint.h"
+#include "fairseq_cpp/core/errors.h"
 #include "fairseq_cpp/distributed/process_group_gang.h"
 #include "fairseq_cpp/distributed/topology.h"
 #include "fairseq_cpp/models/transformer.h"
@@ -48,7 +52,7 @@ std::shared_ptr<models::TransformerModel> make_model() {
 }
 
 std::unique_ptr<Trainer> make_trainer(std::shared_ptr<models::TransformerModel> model, distributed::Gang& gang,
-                                      int64_t check_interval = 0) {
+                                      int64_t check_interval = 0, std::optional<EmaOptions> ema = std::nullopt) {
   criterions::CriterionOptions co;
   co.name = "label_smoothed_cross_entropy";
   co.label_smoothing = 0.1;
@@ -64,6 +68,7 @@ std::unique_ptr<Trainer> make_trainer(std::shared_ptr<models::TransformerModel> 
   to.clip_norm = 1.0;
   to.check_interval = check_interval;
   to.bucket_cap_mb = 0.01;  // several buckets even for this small model
+  to.ema = ema;
   return std::make_unique<Trainer>(to, model, criterions::Criterion(co),
                                    optim::build_optimizer(oo, models::unique_parameters(*model)),
                                    optim::build_lr_scheduler(so), gang);
@@ -297,6 +302,133 @@ TEST(Trainer, NonFiniteGradientsAreSkippedThenStopTraining) {
     EXPECT_NE(std::string(e.what()).find("2 updates in a row had a non-finite gradient norm"), std::string::npos)
         << e.what();
   }
+}
+
+
+// The model's parameters and buffers in float64, by name.
+std::map<std::string, at::Tensor> snapshot(const torch::nn::Module& model) {
+  std::map<std::string, at::Tensor> out;
+  for (const auto& item : model.named_parameters(true)) out[item.key()] = item.value().detach().to(at::kDouble).clone();
+  return out;
+}
+
+// The EMA after `n` updates against its closed form over the weights p[1..n] after each update
+// (`expected` combines them), in float64.
+void expect_ema(const checkpoint::TensorDict& ema, const std::vector<std::map<std::string, at::Tensor>>& p,
+                const std::function<at::Tensor(const std::string&)>& expected) {
+  ASSERT_FALSE(p.empty());
+  for (const auto& [name, unused] : p[0]) {
+    at::Tensor want = expected(name);
+    at::Tensor got = ema.at(name).to(at::kDouble);
+    EXPECT_EQ(ema.at(name).dtype(), at::kFloat) << name;
+    EXPECT_TRUE(torch::allclose(got, want, 1e-5, 1e-6)) << name << " differs by " << (got - want).abs().max().item<double>();
+  }
+}
+
+// fairseq's EMA (models/ema/ema.py, stepped by the trainer after each update): the shadow is the
+// model's weights at the first update, then decay * shadow + (1 - decay) * weights at each
+// `ema_update_freq`-th update; before `ema_start_update` the decay is 0.
+TEST(Ema, FollowsItsClosedFormOverUpdates) {
+  for (int variant = 0; variant < 2; ++variant) {
+    SCOPED_TRACE(variant);
+    // 0: decay 0.9 from update 3, every update, 5 updates; 1: decay 0.8 from the start, every 2nd, 6 updates.
+    const double d = variant == 0 ? 0.9 : 0.8;
+    EmaOptions eo{d, variant == 0 ? 3 : 0, variant == 0 ? 1 : 2};
+    const int updates = variant == 0 ? 5 : 6;
+    auto model = make_model();
+    distributed::FakeGang one;
+    auto trainer = make_trainer(model, one, 0, eo);
+    ASSERT_NE(trainer->ema(), nullptr);
+    std::vector<std::map<std::string, at::Tensor>> p{{}};  // p[n]: the weights after update n
+    for (int n = 1; n <= updates; ++n) {
+      trainer->train_step({make_batch(4, 900 + n)});
+      ASSERT_EQ(trainer->num_updates(), n);
+      p.push_back(snapshot(*model));
+      EXPECT_EQ(trainer->ema()->decay(), n < eo.start_update ? 0.0 : d) << "update " << n;
+    }
+    p.erase(p.begin());
+    auto w = [&](int n, const std::string& name) { return p[static_cast<size_t>(n - 1)].at(name); };
+    expect_ema(trainer->ema()->state(*model), p, [&](const std::string& name) {
+      if (variant == 0)  // updates 1, 2 copy; 3, 4, 5 decay
+        return d * d * d * w(2, name) + (1 - d) * (d * d * w(3, name) + d * w(4, name) + w(5, name));
+      // the shadow starts as p1; steps at updates 2, 4, 6
+      return d * d * d * w(1, name) + (1 - d) * (d * d * w(2, name) + d * w(4, name) + w(6, name));
+    });
+    EXPECT_EQ(trainer->ema()->counter(), 0);
+    // The shared embedding has one shadow under both of its names.
+    auto state = trainer->ema()->state(*model);
+    EXPECT_TRUE(torch::equal(state.at("encoder.embed_tokens.weight"), state.at("decoder.embed_tokens.weight")));
+  }
+}
+
+TEST(Ema, RestoresAndRefusesAnotherModelsWeights) {
+  auto model = make_model();
+  distributed::FakeGang one;
+  auto trainer = make_trainer(model, one, 0, EmaOptions{0.5, 0, 3});
+  for (int n = 1; n <= 4; ++n) trainer->train_step({make_batch(4, 950 + n)});
+  checkpoint::TensorDict saved = trainer->ema()->state(*model);
+  EXPECT_EQ(trainer->ema()->counter(), 1);  // a step at update 3, one update since
+
+  Ema copy(EmaOptions{0.5, 0, 3}, *model);
+  EXPECT_FALSE(copy.initialized());
+  copy.restore(saved, 1, "saved.pt");
+  EXPECT_TRUE(copy.initialized());
+  EXPECT_EQ(copy.counter(), 1);
+  for (const auto& item : copy.state(*model)) EXPECT_TRUE(torch::equal(item.value(), saved.at(item.key()))) << item.key();
+  // Both step the same way from here.
+  trainer->train_step({make_batch(4, 960)});
+  copy.step(*model, 5);
+  EXPECT_EQ(copy.counter(), 2);
+  for (const auto& item : copy.state(*model))
+    EXPECT_TRUE(torch::equal(item.value(), trainer->ema()->state(*model).at(item.key()))) << item.key();
+
+  checkpoint::TensorDict missing = saved.copy();
+  missing.erase("decoder.layers.0.fc1.weight");
+  try {
+    copy.restore(missing, 0, "other.pt");
+    FAIL() << "a missing EMA weight must be refused";
+  } catch (const DataError& e) {
+    EXPECT_NE(std::string(e.what()).find("other.pt: the EMA weights (extra_state.ema) have no `decoder.layers.0.fc1.weight`"),
+              std::string::npos)
+        << e.what();
+  }
+  checkpoint::TensorDict reshaped = saved.copy();
+  reshaped.insert_or_assign("decoder.layers.0.fc1.bias", torch::zeros({3}));
+  EXPECT_THROW(copy.restore(reshaped, 0, "other.pt"), DataError);
+}
+
+TEST(Ema, EmaWeightsHoldsTheShadowInItsScopeOnly) {
+  auto model = make_model();
+  distributed::FakeGang one;
+  auto trainer = make_trainer(model, one, 0, EmaOptions{0.9, 0, 1});
+  {
+    // Before any update there is no shadow: the model keeps its weights.
+    auto before = snapshot(*model);
+    EmaWeights swap(*trainer->ema(), *model);
+    for (const auto& [name, t] : snapshot(*model)) EXPECT_TRUE(torch::equal(t, before.at(name))) << name;
+  }
+  for (int n = 1; n <= 3; ++n) trainer->train_step({make_batch(4, 970 + n)});
+  auto own = snapshot(*model);
+  checkpoint::TensorDict shadow = trainer->ema()->state(*model);
+  const data::Batch valid = make_batch(5, 999);
+  criterions::LossStats with_own = trainer->valid_step(valid);
+  criterions::LossStats with_ema;
+  {
+    EmaWeights swap(*trainer->ema(), *model);
+    for (const auto& [name, t] : snapshot(*model))
+      EXPECT_TRUE(torch::equal(t, shadow.at(name).to(at::kDouble))) << name;
+    with_ema = trainer->valid_step(valid);
+  }
+  for (const auto& [name, t] : snapshot(*model)) EXPECT_TRUE(torch::equal(t, own.at(name))) << name;
+  for (const auto& item : trainer->ema()->state(*model))
+    EXPECT_TRUE(torch::equal(item.value(), shadow.at(item.key()))) << item.key();
+  // The same loss as a model that was given the shadow's weights.
+  auto other = make_model();
+  checkpoint::load_model_state(*other, shadow, "shadow");
+  auto other_trainer = make_trainer(other, one);
+  EXPECT_DOUBLE_EQ(with_ema.loss_sum, other_trainer->valid_step(valid).loss_sum);
+  EXPECT_NE(with_ema.loss_sum, with_own.loss_sum);
+  EXPECT_DOUBLE_EQ(with_own.loss_sum, trainer->valid_step(valid).loss_sum);
 }
 
 }  // namespace

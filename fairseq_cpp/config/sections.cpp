@@ -15,13 +15,16 @@ void describe(CommonConfig& c, Section& s) {
   s.add("cpu", &c.cpu, "use the CPU even where CUDA is available");
   s.add("cpu_threads", &c.cpu_threads, "intra-op CPU threads (0 = cores of this process / local processes)")
       .at_least(0);
-  const std::string no_mixed_precision = "mixed precision is not implemented yet: fairseq-cpp trains in float32";
+  const std::string no_mixed_precision =
+      "float16 mixed precision is not implemented yet: fairseq-cpp trains in float32 or, with common.bf16, bfloat16";
   s.add("fp16", &c.fp16, "mixed precision training with float16 and a dynamic loss scaler").not_yet(no_mixed_precision);
-  s.add("bf16", &c.bf16, "mixed precision training with bfloat16").not_yet(no_mixed_precision);
+  s.add("bf16", &c.bf16,
+        "mixed precision training with bfloat16: autocast forward passes, float32 weights, gradients and optimizer "
+        "state");
   s.add("memory_efficient_fp16", &c.memory_efficient_fp16, "fp16 without an fp32 copy of the weights")
       .not_yet(no_mixed_precision);
   s.add("memory_efficient_bf16", &c.memory_efficient_bf16, "bf16 without an fp32 copy of the weights")
-      .not_yet(no_mixed_precision);
+      .not_yet("bfloat16 weights without a float32 copy are not implemented yet: common.bf16 keeps float32 weights");
   s.add("tensorboard_logdir", &c.tensorboard_logdir,
         "also write the train and valid stats as TensorBoard scalars in DIR/<tag> (empty = off)");
   s.add("fp16_init_scale", &c.fp16_init_scale, "initial fp16 loss scale").greater_than(0).not_yet(no_mixed_precision);

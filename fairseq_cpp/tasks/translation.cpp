@@ -272,6 +272,7 @@ int train_translation(const config::Config& cfg, distributed::Gang& gang) {
   trainer_options.max_nonfinite = optimization.max_nonfinite;
   trainer_options.check_interval = cfg.distributed_training.check_interval;
   trainer_options.bucket_cap_mb = static_cast<double>(cfg.distributed_training.bucket_cap_mb);
+  trainer_options.precision = cfg.common.bf16 ? optim::Precision::kBFloat16 : optim::Precision::kFloat32;
   if (cfg.ema.store_ema)
     trainer_options.ema = trainer::EmaOptions{cfg.ema.ema_decay, cfg.ema.ema_start_update, cfg.ema.ema_update_freq};
   trainer::Trainer trainer(trainer_options, model, criterion, std::move(optimizer), std::move(scheduler), gang);
@@ -283,8 +284,9 @@ int train_translation(const config::Config& cfg, distributed::Gang& gang) {
               cfg.ema.ema_start_update, cfg.ema.ema_update_freq, seed.empty() ? "" : "; seeded from " + seed,
               cfg.ema.validate_with_ema ? "; validation uses it" : "");
   }
-  log::info("train", "model {}: {} parameters; criterion {}; optimizer {}; {} workers", cfg.model.arch,
-            models::count_parameters(*model), cfg.criterion._name, cfg.optimizer._name, gang.size());
+  log::info("train", "model {}: {} parameters; criterion {}; optimizer {}; {} workers; precision {}", cfg.model.arch,
+            models::count_parameters(*model), cfg.criterion._name, cfg.optimizer._name, gang.size(),
+            cfg.common.bf16 ? "bf16 (autocast; float32 weights, gradients and optimizer state)" : "fp32");
 
   // Batches: the same list on every rank, shards dealt by the iterator.
   data::SizeFilterOptions filter;

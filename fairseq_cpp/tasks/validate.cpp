@@ -9,6 +9,7 @@
 
 #include "fairseq_cpp/checkpoint/checkpoint.h"
 #include "fairseq_cpp/checkpoint/load_model.h"
+#include "fairseq_cpp/optim/mixed_precision.h"
 #include "fairseq_cpp/core/errors.h"
 #include "fairseq_cpp/core/logging.h"
 #include "fairseq_cpp/data/dictionary.h"
@@ -95,8 +96,14 @@ std::vector<SubsetLoss> validate(const config::Config& cli) {
     for (const auto& indices : dataset.make_batches(static_cast<uint32_t>(cli.common.seed), false, filter, batching)) {
       data::Batch batch = dataset.collate(indices);
       if (batch.empty()) continue;
-      models::DecoderFeatures decoded = loaded.model->forward_features(
-          batch.src_tokens.to(device), batch.src_lengths.to(device), batch.prev_output_tokens.to(device));
+      models::DecoderFeatures decoded;
+      {
+        // --bf16: the forward pass as the trainer's valid_step runs it; the loss in float32.
+        optim::AutocastScope autocast(cli.common.bf16 ? optim::Precision::kBFloat16 : optim::Precision::kFloat32,
+                                      device.type());
+        decoded = loaded.model->forward_features(batch.src_tokens.to(device), batch.src_lengths.to(device),
+                                                 batch.prev_output_tokens.to(device));
+      }
       result.stats.add(criterion(decoded.features, decoded.output_weight, batch.target.to(device)).stats);
       ++result.batches;
     }

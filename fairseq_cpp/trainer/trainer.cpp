@@ -75,8 +75,13 @@ StepStats Trainer::train_step(const std::vector<data::Batch>& samples) {
     try {
       // The (B, T, V) logits never exist at once: the loss projects the decoder's features a
       // chunk of rows at a time.
-      models::DecoderFeatures decoded = model_->forward_features(
-          batch.src_tokens.to(device_), batch.src_lengths.to(device_), batch.prev_output_tokens.to(device_));
+      models::DecoderFeatures decoded;
+      {
+        optim::AutocastScope autocast(options_.precision, device_.type());
+        decoded = model_->forward_features(batch.src_tokens.to(device_), batch.src_lengths.to(device_),
+                                           batch.prev_output_tokens.to(device_));
+      }
+      // The loss (output projection, log-softmax) in float32, as fairseq's .float() before it.
       criterions::LossOutput out = criterion_(decoded.features, decoded.output_weight, batch.target.to(device_));
       decoded = {};
       out.loss.backward();
@@ -203,8 +208,12 @@ criterions::LossStats Trainer::valid_step(const data::Batch& batch) {
   if (batch.empty()) return {};
   model_->eval();
   torch::NoGradGuard no_grad;
-  models::DecoderFeatures decoded = model_->forward_features(
-      batch.src_tokens.to(device_), batch.src_lengths.to(device_), batch.prev_output_tokens.to(device_));
+  models::DecoderFeatures decoded;
+  {
+    optim::AutocastScope autocast(options_.precision, device_.type());
+    decoded = model_->forward_features(batch.src_tokens.to(device_), batch.src_lengths.to(device_),
+                                       batch.prev_output_tokens.to(device_));
+  }
   return criterion_(decoded.features, decoded.output_weight, batch.target.to(device_)).stats;
 }
 

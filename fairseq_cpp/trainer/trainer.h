@@ -20,6 +20,7 @@
 #include "fairseq_cpp/distributed/gang.h"
 #include "fairseq_cpp/models/encoder_decoder.h"
 #include "fairseq_cpp/optim/lr_scheduler.h"
+#include "fairseq_cpp/optim/mixed_precision.h"
 #include "fairseq_cpp/optim/optimizer.h"
 #include "fairseq_cpp/trainer/ema.h"
 
@@ -32,6 +33,8 @@ struct TrainerOptions {
   int64_t check_interval = 100;  // compare a parameter checksum across ranks every N updates; 0 = off
   double bucket_cap_mb = 25.0;   // gradient bucket size for the all-reduce, in MiB (of float64 sums)
   std::optional<EmaOptions> ema;  // keep an EMA of the weights, stepped after each update; unset = none
+  // The forward passes' precision (bf16: autocast; the weights, gradients and optimizer stay float32).
+  optim::Precision precision = optim::Precision::kFloat32;
 };
 
 // What one update did, summed over every worker and micro-batch.

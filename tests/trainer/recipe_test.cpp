@@ -195,8 +195,8 @@ TEST_F(Recipes, FairseqsIwsltRecipeRunsAsWritten) {
   auto w = run(wmt);
   EXPECT_EQ(w.exit_code, 2);
   EXPECT_EQ(w.err,
-            "fairseq-cpp-train: error: `common.fp16` is true, but mixed precision is not implemented yet: fairseq-cpp "
-            "trains in float32; leave it at false.\n");
+            "fairseq-cpp-train: error: `common.fp16` is true, but float16 mixed precision is not implemented yet: "
+            "fairseq-cpp trains in float32 or, with common.bf16, bfloat16; leave it at false.\n");
   std::vector<std::string> dump(wmt.begin(), wmt.end() - 1);
   dump.push_back("--dump-config");
   auto d = run(dump);
@@ -424,6 +424,45 @@ TEST_F(Recipes, EmaResumesExactlyAndValidationAndEvaluationUseIt) {
   EXPECT_EQ(missing.exit_code, 2);
   EXPECT_NE(missing.err.find("`ema.store_ema` must be true when `ema.ema_seed_model` is set"), std::string::npos)
       << missing.err;
+}
+
+
+// common.bf16 (issue 18): a whole run under autocast keeps float32 weights in its checkpoints,
+// validates within 2% of the float32 run's loss, and fairseq-cpp-eval validate --bf16 repeats its
+// validation.
+TEST_F(Recipes, Bf16TrainsAndValidatesCloseToFloat32) {
+  const std::string fp32 = work_.path() + "/fp32", bf16 = work_.path() + "/bf16";
+  auto a = train(config(fp32, 1, 1, 30));
+  ASSERT_EQ(a.exit_code, 0) << a.err;
+  auto b = train(config(bf16, 1, 1, 30), {"--bf16"});
+  ASSERT_EQ(b.exit_code, 0) << b.err;
+  EXPECT_NE(b.err.find("precision bf16 (autocast; float32 weights, gradients and optimizer state)"), std::string::npos)
+      << b.err;
+  for (const auto& item : parameters(bf16)) EXPECT_EQ(item.value().scalar_type(), at::kFloat) << item.key();
+  auto va = summaries(a.err, "valid"), vb = summaries(b.err, "valid");
+  ASSERT_FALSE(va.empty());
+  ASSERT_EQ(va.size(), vb.size());
+  const double la = va.back()["valid_loss"].get<double>(), lb = vb.back()["valid_loss"].get<double>();
+  EXPECT_NEAR(lb, la, 0.02 * la);
+  // The runs differ: the last update's training loss (logged to 3 decimals, as fairseq).
+  auto ia = inner_logs(a.err), ib = inner_logs(b.err);
+  ASSERT_EQ(ia.size(), 30u);
+  int differ = 0;
+  for (auto& [n, j] : ia) differ += j["loss"] != ib[n]["loss"];
+  EXPECT_GT(differ, 10) << "bf16 changed nothing";
+  auto eval = [&](const std::string& dir, bool use_bf16) {
+    std::vector<std::string> argv{program("fairseq-cpp-eval"), "validate", corpus_->path() + "/bin", "--path",
+                                  dir + "/checkpoint_last.pt", "--valid-subset", "valid", "--source-lang", "src",
+                                  "--target-lang", "tgt", "--max-tokens", "200"};
+    if (use_bf16) argv.push_back("--bf16");
+    auto v = run(argv);
+    EXPECT_EQ(v.exit_code, 0) << v.err;
+    std::smatch m;
+    EXPECT_TRUE(std::regex_search(v.out, m, std::regex(R"(\| loss ([0-9.]+))"))) << v.out;
+    return m.empty() ? -1.0 : std::stod(m[1]);
+  };
+  EXPECT_NEAR(eval(bf16, true), lb, 1e-3);
+  EXPECT_NEAR(eval(fp32, false), la, 1e-3);
 }
 
 }  // namespace

@@ -52,7 +52,8 @@ std::shared_ptr<models::TransformerModel> make_model() {
 }
 
 std::unique_ptr<Trainer> make_trainer(std::shared_ptr<models::TransformerModel> model, distributed::Gang& gang,
-                                      int64_t check_interval = 0, std::optional<EmaOptions> ema = std::nullopt) {
+                                      int64_t check_interval = 0, std::optional<EmaOptions> ema = std::nullopt,
+                                      optim::Precision precision = optim::Precision::kFloat32) {
   criterions::CriterionOptions co;
   co.name = "label_smoothed_cross_entropy";
   co.label_smoothing = 0.1;
@@ -69,6 +70,7 @@ std::unique_ptr<Trainer> make_trainer(std::shared_ptr<models::TransformerModel> 
   to.check_interval = check_interval;
   to.bucket_cap_mb = 0.01;  // several buckets even for this small model
   to.ema = ema;
+  to.precision = precision;
   return std::make_unique<Trainer>(to, model, criterions::Criterion(co),
                                    optim::build_optimizer(oo, models::unique_parameters(*model)),
                                    optim::build_lr_scheduler(so), gang);
@@ -429,6 +431,46 @@ TEST(Ema, EmaWeightsHoldsTheShadowInItsScopeOnly) {
   EXPECT_DOUBLE_EQ(with_ema.loss_sum, other_trainer->valid_step(valid).loss_sum);
   EXPECT_NE(with_ema.loss_sum, with_own.loss_sum);
   EXPECT_DOUBLE_EQ(with_own.loss_sum, trainer->valid_step(valid).loss_sum);
+}
+
+
+// common.bf16: the forward passes run under autocast, while the weights, their gradients and the
+// optimizer's state stay float32; the losses and updates follow the float32 run's within bf16's
+// precision, without being equal to them.
+TEST(Trainer, Bf16TrainsFloat32WeightsCloseToTheFloat32Run) {
+  auto fp32_model = make_model(), bf16_model = make_model();
+  std::vector<at::Tensor> initial;
+  for (const auto& p : fp32_model->parameters()) initial.push_back(p.detach().clone());
+  distributed::FakeGang one;
+  auto fp32 = make_trainer(fp32_model, one);
+  auto bf16 = make_trainer(bf16_model, one, 0, std::nullopt, optim::Precision::kBFloat16);
+  for (int n = 1; n <= 3; ++n) {
+    std::vector<data::Batch> group{make_batch(4, 1000 + n), make_batch(3, 1100 + n)};
+    StepStats a = fp32->train_step(group), b = bf16->train_step(group);
+    ASSERT_FALSE(b.skipped);
+    EXPECT_NEAR(b.loss.loss_sum, a.loss.loss_sum, 0.01 * a.loss.loss_sum) << "update " << n;
+    EXPECT_NE(b.loss.loss_sum, a.loss.loss_sum) << "update " << n << ": bf16 changed nothing";
+    EXPECT_NEAR(b.gnorm, a.gnorm, 0.05 * a.gnorm) << "update " << n;
+  }
+  for (const auto& p : bf16_model->parameters()) {
+    EXPECT_EQ(p.scalar_type(), at::kFloat);
+    EXPECT_EQ(p.grad().scalar_type(), at::kFloat);
+  }
+  // The three updates together, bf16's against float32's: the same direction and size, not equal.
+  double diff = 0, size = 0;
+  auto a = fp32_model->parameters(), b = bf16_model->parameters();
+  for (size_t i = 0; i < a.size(); ++i) {
+    at::Tensor da = (a[i] - initial[i]).to(at::kDouble), db = (b[i] - initial[i]).to(at::kDouble);
+    diff += (da - db).pow(2).sum().item<double>();
+    size += da.pow(2).sum().item<double>();
+  }
+  EXPECT_GT(diff, 0.0);
+  EXPECT_LT(std::sqrt(diff / size), 0.25) << "relative difference of the updates";
+  // Validation runs the same way.
+  const data::Batch valid = make_batch(5, 1200);
+  const double va = fp32->valid_step(valid).loss_sum, vb = bf16->valid_step(valid).loss_sum;
+  EXPECT_NEAR(vb, va, 0.01 * va);
+  EXPECT_NE(vb, va);
 }
 
 }  // namespace

@@ -1,0 +1,44 @@
+#pragma once
+// Mixed precision (fairseq's --bf16): matmuls and linear layers of the forward pass run in
+// bfloat16 through LibTorch's autocast, while the weights, their gradients and the optimizer's
+// state stay float32 (fairseq's master weights) and no loss scaler is needed. The same code on
+// the CPU and on CUDA.
+//
+//   {
+//     AutocastScope autocast(Precision::kBFloat16, device.type());
+//     decoded = model.forward_features(...);    // linears in bf16, layer norms and softmax in float32
+//   }
+//   loss.backward();                              // outside the scope, as PyTorch recommends
+
+#include <c10/core/DeviceType.h>
+#include <c10/core/ScalarType.h>
+
+#include <string>
+
+namespace fairseq_cpp::optim {
+
+enum class Precision {
+  kFloat32,   // everything in float32
+  kBFloat16,  // autocast to bfloat16 (common.bf16)
+};
+
+// "fp32" / "bf16", as the start-up line names it.
+std::string precision_name(Precision precision);
+
+// Autocast on `device` for the scope's lifetime (nothing for kFloat32); restores the previous
+// state at its end and clears autocast's cast cache when the outermost scope ends.
+class AutocastScope {
+ public:
+  AutocastScope(Precision precision, c10::DeviceType device);
+  ~AutocastScope();
+  AutocastScope(const AutocastScope&) = delete;
+  AutocastScope& operator=(const AutocastScope&) = delete;
+
+ private:
+  bool active_ = false;
+  c10::DeviceType device_;
+  bool was_enabled_ = false;
+  c10::ScalarType previous_dtype_ = c10::ScalarType::Undefined;
+};
+
+}  // namespace fairseq_cpp::optim

@@ -15,33 +15,27 @@ void describe(CommonConfig& c, Section& s) {
   s.add("cpu", &c.cpu, "use the CPU even where CUDA is available");
   s.add("cpu_threads", &c.cpu_threads, "intra-op CPU threads (0 = cores of this process / local processes)")
       .at_least(0);
-  const std::string no_mixed_precision =
-      "float16 mixed precision is not implemented yet: fairseq-cpp trains in float32 or, with common.bf16, bfloat16";
-  s.add("fp16", &c.fp16, "mixed precision training with float16 and a dynamic loss scaler").not_yet(no_mixed_precision);
+  s.add("fp16", &c.fp16,
+        "mixed precision training with float16 and fairseq's dynamic loss scaler (float16 autocast on CUDA; on the "
+        "CPU the arithmetic stays float32 and the scaler decides as on a GPU)");
   s.add("bf16", &c.bf16,
         "mixed precision training with bfloat16: autocast forward passes, float32 weights, gradients and optimizer "
         "state");
   s.add("memory_efficient_fp16", &c.memory_efficient_fp16, "fp16 without an fp32 copy of the weights")
-      .not_yet(no_mixed_precision);
+      .not_yet("float16 weights without a float32 copy are not implemented yet: common.fp16 keeps float32 weights");
   s.add("memory_efficient_bf16", &c.memory_efficient_bf16, "bf16 without an fp32 copy of the weights")
       .not_yet("bfloat16 weights without a float32 copy are not implemented yet: common.bf16 keeps float32 weights");
   s.add("tensorboard_logdir", &c.tensorboard_logdir,
         "also write the train and valid stats as TensorBoard scalars in DIR/<tag> (empty = off)");
-  s.add("fp16_init_scale", &c.fp16_init_scale, "initial fp16 loss scale").greater_than(0).not_yet(no_mixed_precision);
+  s.add("fp16_init_scale", &c.fp16_init_scale, "initial fp16 loss scale").greater_than(0);
   s.add("fp16_scale_window", &c.fp16_scale_window,
         "updates without overflow before the loss scale doubles (unset = 2^14/ranks/update_freq)")
-      .greater_than(0)
-      .not_yet(no_mixed_precision);
+      .greater_than(0);
   s.add("fp16_scale_tolerance", &c.fp16_scale_tolerance,
         "fraction of overflowing updates tolerated before lowering the loss scale")
-      .in_range(0, 1)
-      .not_yet(no_mixed_precision);
-  s.add("min_loss_scale", &c.min_loss_scale, "stop training when the fp16 loss scale falls below this")
-      .at_least(0)
-      .not_yet(no_mixed_precision);
-  s.add("threshold_loss_scale", &c.threshold_loss_scale, "never lower the fp16 loss scale below this")
-      .greater_than(0)
-      .not_yet(no_mixed_precision);
+      .in_range(0, 1);
+  s.add("min_loss_scale", &c.min_loss_scale, "stop training when the fp16 loss scale falls below this").at_least(0);
+  s.add("threshold_loss_scale", &c.threshold_loss_scale, "never lower the fp16 loss scale below this").greater_than(0);
 }
 
 void describe(CommonEvalConfig& c, Section& s) {

@@ -42,14 +42,24 @@ c10::ScalarType autocast_dtype(c10::DeviceType device) {
 
 }  // namespace
 
-std::string precision_name(Precision precision) { return precision == Precision::kBFloat16 ? "bf16" : "fp32"; }
+std::string precision_name(Precision precision) {
+  switch (precision) {
+    case Precision::kBFloat16:
+      return "bf16";
+    case Precision::kFloat16:
+      return "fp16";
+    default:
+      return "fp32";
+  }
+}
 
 AutocastScope::AutocastScope(Precision precision, c10::DeviceType device) : device_(device) {
   if (precision == Precision::kFloat32) return;
+  if (precision == Precision::kFloat16 && device != c10::DeviceType::CUDA) return;
   active_ = true;
   was_enabled_ = autocast_enabled(device_);
   previous_dtype_ = autocast_dtype(device_);
-  set_autocast(device_, true, c10::ScalarType::BFloat16);
+  set_autocast(device_, true, precision == Precision::kFloat16 ? c10::ScalarType::Half : c10::ScalarType::BFloat16);
   at::autocast::increment_nesting();
 }
 

@@ -20,12 +20,14 @@ namespace fairseq_cpp::optim {
 enum class Precision {
   kFloat32,   // everything in float32
   kBFloat16,  // autocast to bfloat16 (common.bf16)
+  kFloat16,   // autocast to float16 on CUDA (common.fp16, with a loss scaler); float32 arithmetic on the CPU
 };
 
-// "fp32" / "bf16", as the start-up line names it.
+// "fp32" / "bf16" / "fp16", as the start-up line names it.
 std::string precision_name(Precision precision);
 
-// Autocast on `device` for the scope's lifetime (nothing for kFloat32); restores the previous
+// Autocast on `device` for the scope's lifetime (nothing for kFloat32, nor for kFloat16 on the CPU,
+// where LibTorch 1.13 has no float16 autocast); restores the previous
 // state at its end and clears autocast's cast cache when the outermost scope ends.
 class AutocastScope {
  public:

@@ -52,6 +52,7 @@ struct Meters {
   double gnorm_sum = 0;
   int64_t clipped = 0;
   int64_t ooms = 0;
+  double loss_scale = 0;  // fp16: the scale after the last update; 0 = no scaler
   double train_seconds = 0;
   double start = core::monotonic_seconds();
 
@@ -61,12 +62,13 @@ struct Meters {
     gnorm_sum += s.skipped ? 0 : s.gnorm;
     clipped += s.clipped ? 1 : 0;
     ooms += s.ooms;
+    if (s.loss_scale > 0) loss_scale = s.loss_scale;
     train_seconds += seconds;
   }
   core::Stats train_stats(int64_t num_updates, double lr, double wall) const {
     double elapsed = std::max(1e-9, core::monotonic_seconds() - start);
     double n = std::max<int64_t>(1, updates);
-    return {{"loss", loss.loss(), 3},
+    core::Stats stats{{"loss", loss.loss(), 3},
             {"nll_loss", loss.nll_loss(), 3},
             {"ppl", loss.perplexity(), 2},
             {"wps", loss.ntokens / elapsed, 0},
@@ -80,6 +82,9 @@ struct Meters {
             {"oom", static_cast<double>(ooms), 0},
             {"train_wall", train_seconds, 0},
             {"wall", wall, 0}};
+    // fairseq logs the loss scale after clip.
+    if (loss_scale > 0) stats.insert(stats.begin() + 11, {"loss_scale", loss_scale, 4});
+    return stats;
   }
 };
 
@@ -272,7 +277,24 @@ int train_translation(const config::Config& cfg, distributed::Gang& gang) {
   trainer_options.max_nonfinite = optimization.max_nonfinite;
   trainer_options.check_interval = cfg.distributed_training.check_interval;
   trainer_options.bucket_cap_mb = static_cast<double>(cfg.distributed_training.bucket_cap_mb);
-  trainer_options.precision = cfg.common.bf16 ? optim::Precision::kBFloat16 : optim::Precision::kFloat32;
+  trainer_options.precision = cfg.common.bf16   ? optim::Precision::kBFloat16
+                              : cfg.common.fp16 ? optim::Precision::kFloat16
+                                                : optim::Precision::kFloat32;
+  if (cfg.common.fp16) {
+    // fairseq's FP16Optimizer: the window defaults to 2^14 / (data-parallel size * update_freq).
+    const auto& common = cfg.common;
+    if (!common.fp16_scale_window && optimization.update_freq.size() > 1)
+      raise<UserError>("set `common.fp16_scale_window` (--fp16-scale-window): its default needs one "
+                       "`optimization.update_freq`, not a schedule of {}", optimization.update_freq.size());
+    optim::LossScalerOptions scaler;
+    scaler.init_scale = static_cast<double>(common.fp16_init_scale);
+    scaler.scale_window = common.fp16_scale_window.value_or(
+        std::max<int64_t>(1, (1 << 14) / gang.size() / optimization.update_freq[0]));
+    scaler.tolerance = common.fp16_scale_tolerance;
+    scaler.threshold = common.threshold_loss_scale;
+    scaler.min_loss_scale = common.min_loss_scale;
+    trainer_options.loss_scaler = scaler;
+  }
   if (cfg.ema.store_ema)
     trainer_options.ema = trainer::EmaOptions{cfg.ema.ema_decay, cfg.ema.ema_start_update, cfg.ema.ema_update_freq};
   trainer::Trainer trainer(trainer_options, model, criterion, std::move(optimizer), std::move(scheduler), gang);
@@ -286,7 +308,14 @@ int train_translation(const config::Config& cfg, distributed::Gang& gang) {
   }
   log::info("train", "model {}: {} parameters; criterion {}; optimizer {}; {} workers; precision {}", cfg.model.arch,
             models::count_parameters(*model), cfg.criterion._name, cfg.optimizer._name, gang.size(),
-            cfg.common.bf16 ? "bf16 (autocast; float32 weights, gradients and optimizer state)" : "fp32");
+            cfg.common.bf16   ? "bf16 (autocast; float32 weights, gradients and optimizer state)"
+            : !cfg.common.fp16 ? "fp32"
+            : gang.device().is_cuda()
+                ? "fp16 (autocast, dynamic loss scaler; float32 weights, gradients and optimizer state)"
+                : "fp16 (dynamic loss scaler; the CPU computes in float32)");
+  if (trainer.loss_scaler())
+    log::info("train", "loss scaler: scale {}, window {}, tolerance {}, minimum {}", cfg.common.fp16_init_scale,
+              trainer_options.loss_scaler->scale_window, cfg.common.fp16_scale_tolerance, cfg.common.min_loss_scale);
 
   // Batches: the same list on every rank, shards dealt by the iterator.
   data::SizeFilterOptions filter;

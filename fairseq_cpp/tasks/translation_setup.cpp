@@ -44,9 +44,10 @@ data::LanguagePairOptions language_pair_options(const config::TaskConfig& traine
 }
 
 Translation load_translation(const config::Config& cli, const std::string& split) {
-  if (cli.common.bf16)
-    raise<UserError>("--bf16 applies to training and fairseq-cpp-eval validate; generation runs in float32 (bf16 "
-                     "beam search is not implemented yet)");
+  if (cli.common.bf16 || cli.common.fp16)
+    raise<UserError>("--{} applies to training and fairseq-cpp-eval validate; generation runs in float32 (mixed "
+                     "precision beam search is not implemented yet)",
+                     cli.common.bf16 ? "bf16" : "fp16");
   Translation t;
   // Several data directories (bin1:bin2, sharded training data): generation reads the first, as fairseq's does.
   const std::vector<std::string> data_dirs = data::split_paths(cli.task.data);

@@ -32,6 +32,7 @@ Trainer::Trainer(const TrainerOptions& options, std::shared_ptr<models::EncoderD
       lr_scheduler_(std::move(lr_scheduler)),
       gang_(gang),
       ema_(options.ema ? std::make_unique<Ema>(*options.ema, *model_) : nullptr),
+      loss_scaler_(options.loss_scaler ? std::make_unique<optim::DynamicLossScaler>(*options.loss_scaler) : nullptr),
       params_(models::unique_parameters(*model_)),
       device_(gang.device()) {
   for (auto& p : params_) {
@@ -84,6 +85,8 @@ StepStats Trainer::train_step(const std::vector<data::Batch>& samples) {
       // The loss (output projection, log-softmax) in float32, as fairseq's .float() before it.
       criterions::LossOutput out = criterion_(decoded.features, decoded.output_weight, batch.target.to(device_));
       decoded = {};
+      // fp16: the gradients are those of the scaled loss, divided by the scale after the all-reduce.
+      if (loss_scaler_) out.loss = out.loss * loss_scaler_->loss_scale();
       out.loss.backward();
       if (!one_term) accumulate_gradients();
       local.add(out.stats);
@@ -123,10 +126,20 @@ StepStats Trainer::train_step(const std::vector<data::Batch>& samples) {
     stats.skipped = true;
     return stats;
   }
-  all_reduce_gradients(static_cast<double>(stats.loss.sample_size), one_term);
+  const double scale = loss_scaler_ ? loss_scaler_->loss_scale() : 1.0;
+  all_reduce_gradients(static_cast<double>(stats.loss.sample_size) * scale, one_term);
   stats.gnorm = optim::clip_grad_norm(params_, options_.clip_norm);
   stats.clipped = options_.clip_norm > 0 && stats.gnorm > options_.clip_norm;
   // The gradients, hence the norm, are the same on every rank: so is this decision.
+  if (loss_scaler_ && !std::isfinite(stats.gnorm)) {
+    loss_scaler_->overflow();  // throws at the minimum loss scale
+    log::info("trainer", "gradient overflow detected at update {}, ignoring gradient; setting loss scale to: {}",
+              num_updates_ + 1, loss_scaler_->loss_scale());
+    optimizer_->zero_grad();
+    stats.skipped = stats.overflow = true;
+    stats.loss_scale = loss_scaler_->loss_scale();
+    return stats;
+  }
   if (!std::isfinite(stats.gnorm)) {
     ++nonfinite_in_a_row_;
     log::warning("trainer", "non-finite gradient norm at update {} ({} in a row); skipping the update",
@@ -142,6 +155,10 @@ StepStats Trainer::train_step(const std::vector<data::Batch>& samples) {
   }
   nonfinite_in_a_row_ = 0;
   optimizer_->step();
+  if (loss_scaler_) {
+    loss_scaler_->update();
+    stats.loss_scale = loss_scaler_->loss_scale();
+  }
   ++num_updates_;
   optimizer_->set_lr(lr_scheduler_->step_update(num_updates_));
   if (ema_) ema_->step(*model_, num_updates_);  // the same weights on every rank: the same shadow

@@ -19,6 +19,7 @@
 #include "fairseq_cpp/data/language_pair_dataset.h"
 #include "fairseq_cpp/distributed/gang.h"
 #include "fairseq_cpp/models/encoder_decoder.h"
+#include "fairseq_cpp/optim/loss_scaler.h"
 #include "fairseq_cpp/optim/lr_scheduler.h"
 #include "fairseq_cpp/optim/mixed_precision.h"
 #include "fairseq_cpp/optim/optimizer.h"
@@ -35,6 +36,8 @@ struct TrainerOptions {
   std::optional<EmaOptions> ema;  // keep an EMA of the weights, stepped after each update; unset = none
   // The forward passes' precision (bf16: autocast; the weights, gradients and optimizer stay float32).
   optim::Precision precision = optim::Precision::kFloat32;
+  // fp16's dynamic loss scaler (with precision kFloat16); unset = none.
+  std::optional<optim::LossScalerOptions> loss_scaler;
 };
 
 // What one update did, summed over every worker and micro-batch.
@@ -45,6 +48,8 @@ struct StepStats {
   bool skipped = false;        // no update: out of memory on some rank, a non-finite norm, or no data
   int64_t ooms = 0;            // ranks that ran out of memory in this step
   double lr = 0.0;             // the learning rate this update used
+  bool overflow = false;       // fp16: the gradient norm was not finite; the loss scale went down
+  double loss_scale = 0.0;     // fp16: the loss scale after this update; 0 without a scaler
 };
 
 class Trainer {
@@ -68,6 +73,8 @@ class Trainer {
   distributed::Gang& gang() { return gang_; }
   // The EMA of the weights (options.ema), or nullptr.
   Ema* ema() { return ema_.get(); }
+  // fp16's loss scaler (options.loss_scaler), or nullptr.
+  optim::DynamicLossScaler* loss_scaler() { return loss_scaler_.get(); }
   // At the end of an epoch: the scheduler's epoch step; returns the new learning rate.
   double lr_step(int64_t epoch, std::optional<double> val_loss);
 
@@ -88,6 +95,7 @@ class Trainer {
   std::unique_ptr<optim::LrScheduler> lr_scheduler_;
   distributed::Gang& gang_;
   std::unique_ptr<Ema> ema_;
+  std::unique_ptr<optim::DynamicLossScaler> loss_scaler_;
   std::vector<at::Tensor> params_;  // unique parameters, in a fixed order on every rank
   at::Tensor grad_sum_;             // (all parameters,) float64: this update's gradient sum, once needed
   int64_t num_scalars_ = 0;         // scalars in params_

@@ -49,6 +49,16 @@ checkpoint::StateDict make_checkpoint(Trainer& trainer, const TrainingState& sta
   extra.insert("best", state.best.value_or(0.0));
   extra.insert("bad_validations", state.bad_validations);
   extra.insert("wall_seconds", state.wall_seconds);
+  if (optim::DynamicLossScaler* scaler = trainer.loss_scaler()) {
+    const optim::LossScalerState& ls = scaler->state();
+    checkpoint::StateDict d = checkpoint::new_state_dict();
+    d.insert("loss_scale", ls.loss_scale);
+    d.insert("iter", ls.iter);
+    d.insert("last_overflow_iter", ls.last_overflow_iter);
+    d.insert("last_rescale_iter", ls.last_rescale_iter);
+    d.insert("overflows_since_rescale", ls.overflows_since_rescale);
+    extra.insert("loss_scaler", d);
+  }
   if (Ema* ema = trainer.ema()) {
     extra.insert("ema", ema->state(trainer.model()));  // fairseq's key: its load_ema_from_checkpoint reads it
     extra.insert("ema_update_counter", ema->counter());
@@ -85,6 +95,14 @@ TrainingState restore_checkpoint(const checkpoint::StateDict& ckpt, const std::s
     log::info("checkpoint", "{} holds no optimizer state (saved with --no-save-optimizer-state): the optimizer starts "
               "afresh", path);
   if (!options.reset_lr_scheduler) trainer.lr_scheduler().load_state_dict(get_dict(ckpt, "lr_scheduler", path));
+  if (optim::DynamicLossScaler* scaler = trainer.loss_scaler(); scaler != nullptr && extra.contains("loss_scaler")) {
+    // A run saved without fp16 (no entry) starts the scaler afresh, as fairseq does.
+    checkpoint::StateDict d = get_dict(extra, "loss_scaler", path);
+    c10::IValue scale = get(d, "loss_scale", path);
+    if (!scale.isDouble()) raise<DataError>("{}: `loss_scale` must be a number", path);
+    scaler->load_state({scale.toDouble(), get_int(d, "iter", path), get_int(d, "last_overflow_iter", path),
+                        get_int(d, "last_rescale_iter", path), get_int(d, "overflows_since_rescale", path)});
+  }
   if (Ema* ema = trainer.ema()) {
     if (checkpoint::has_ema_entry(ckpt)) {
       const int64_t counter = extra.contains("ema_update_counter") ? get_int(extra, "ema_update_counter", path) : 0;

@@ -3,7 +3,8 @@
 // a checkpoint file together with the model, optimizer and LR scheduler:
 //   "model", "cfg", "optimizer", "lr_scheduler", "extra_state" {train_iterator {epoch,
 //   global_batches, shuffle, data_shard, data_shards}, num_updates, best, bad_validations,
-//   wall_seconds, and with an EMA: ema {name -> tensor}, ema_update_counter}
+//   wall_seconds, with an EMA: ema {name -> tensor}, ema_update_counter, with fp16: loss_scaler
+//   {loss_scale, iter, last_overflow_iter, last_rescale_iter, overflows_since_rescale}}
 
 #include <optional>
 #include <string>

@@ -126,22 +126,25 @@ TEST(Cli, BadOverridesAndFlags) {
   EXPECT_NE(r.err.find("needs a subcommand: one of validate, score, average."), std::string::npos);
 }
 
-TEST(Cli, MixedPrecisionIsRefusedNotIgnored) {
+TEST(Cli, MixedPrecisionWithoutFloat32WeightsIsRefusedNotIgnored) {
   testing::TempDir dir;
-  auto r = run({program("fairseq-cpp-train"), testing::source_dir() + "/configs/transformer_wmt_en_de.yaml",
-                "task.data=" + dir.path(), "--fp16"});
-  EXPECT_EQ(r.exit_code, 2);
-  EXPECT_EQ(r.err,
-            "fairseq-cpp-train: error: `common.fp16` is true, but float16 mixed precision is not implemented yet: "
-            "fairseq-cpp trains in float32 or, with common.bf16, bfloat16; leave it at false.\n");
-  // bf16 trains (tests/trainer); generation does not run in bf16 yet and says so.
-  r = run({program("fairseq-cpp-generate"), dir.path(), "--path", "x.pt", "--bf16"});
+  // bf16 and fp16 train (tests/trainer); generation does not run in them yet and says so.
+  auto r = run({program("fairseq-cpp-generate"), dir.path(), "--path", "x.pt", "--bf16"});
   EXPECT_EQ(r.exit_code, 2);
   EXPECT_NE(r.err.find("--bf16 applies to training and fairseq-cpp-eval validate"), std::string::npos) << r.err;
-  // fairseq's --memory-efficient-fp16 is a flag here too, refused the same way, in every program.
-  r = run({program("fairseq-cpp-generate"), dir.path(), "--path", "x.pt", "--memory-efficient-fp16"});
+  r = run({program("fairseq-cpp-generate"), dir.path(), "--path", "x.pt", "--fp16"});
   EXPECT_EQ(r.exit_code, 2);
-  EXPECT_NE(r.err.find("`common.memory_efficient_fp16` is true, but float16 mixed precision is not implemented yet"),
+  EXPECT_NE(r.err.find("--fp16 applies to training and fairseq-cpp-eval validate"), std::string::npos) << r.err;
+  // fairseq's --memory-efficient-fp16 is a flag here too, refused with its reason, in every program.
+  r = run({program("fairseq-cpp-train"), testing::source_dir() + "/configs/transformer_wmt_en_de.yaml",
+           "task.data=" + dir.path(), "--memory-efficient-fp16"});
+  EXPECT_EQ(r.exit_code, 2);
+  EXPECT_EQ(r.err,
+            "fairseq-cpp-train: error: `common.memory_efficient_fp16` is true, but float16 weights without a float32 "
+            "copy are not implemented yet: common.fp16 keeps float32 weights; leave it at false.\n");
+  r = run({program("fairseq-cpp-generate"), dir.path(), "--path", "x.pt", "--memory-efficient-bf16"});
+  EXPECT_EQ(r.exit_code, 2);
+  EXPECT_NE(r.err.find("`common.memory_efficient_bf16` is true, but bfloat16 weights without a float32 copy"),
             std::string::npos)
       << r.err;
 }

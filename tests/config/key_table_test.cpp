@@ -140,7 +140,8 @@ TEST(KeyTable, TheWalkSeesAKeyNothingReads) {
   EXPECT_TRUE(reads.has("optimization", "max_update"));
   EXPECT_TRUE(reads.has("checkpoint", "save_dir"));  // through `const auto& ckpt_cfg = cfg.checkpoint;`
   EXPECT_FALSE(reads.has("checkpoint", "no_such_key"));
-  EXPECT_FALSE(reads.has("common", "fp16_init_scale"));  // declared, refused, read nowhere yet
+  EXPECT_FALSE(reads.has("common", "memory_efficient_fp16"));  // declared, refused, read nowhere yet
+  EXPECT_TRUE(reads.has("common", "fp16_init_scale"));         // through `const auto& common = cfg.common;`
 }
 
 TEST(KeyTable, FlagsOutsideFairseqCppAreRefusedWithTheirReason) {

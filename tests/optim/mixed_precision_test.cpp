@@ -1,5 +1,9 @@
-// bf16 autocast scopes: what runs in bfloat16 inside, and that the state is restored after.
+// bf16 autocast scopes (what runs in bfloat16 inside, and that the state is restored after), and
+// fp16's dynamic loss scaler against fairseq's rules.
 #include "fairseq_cpp/optim/mixed_precision.h"
+
+#include "fairseq_cpp/core/errors.h"
+#include "fairseq_cpp/optim/loss_scaler.h"
 
 #include <gtest/gtest.h>
 #include <torch/torch.h>
@@ -49,6 +53,82 @@ TEST(AutocastScope, GradientsOfFloat32WeightsStayFloat32) {
   // d/dw sum((x w^T)^2) = 2 (x w^T)^T x, here with x w^T in bf16: within bf16's precision.
   at::Tensor exact = 2 * torch::matmul(torch::matmul(x, w.detach().t()).t(), x);
   EXPECT_TRUE(torch::allclose(w.grad(), exact, 3e-2, 3e-2)) << (w.grad() - exact).abs().max();
+}
+
+}  // namespace
+}  // namespace fairseq_cpp::optim
+
+namespace fairseq_cpp::optim {
+namespace {
+
+// fairseq's DynamicLossScaler, step by step (fairseq/optim/dynamic_loss_scaler.py by hand).
+TEST(DynamicLossScaler, GrowsAfterAWindowAndHalvesOnOverflow) {
+  LossScalerOptions o;
+  o.init_scale = 8;
+  o.scale_window = 3;
+  DynamicLossScaler s(o);
+  EXPECT_EQ(s.loss_scale(), 8);
+  s.update();  // iter 0: (0 - -1) % 3 = 1
+  s.update();  // iter 1: 2
+  EXPECT_EQ(s.loss_scale(), 8);
+  s.update();  // iter 2: 3 % 3 = 0: doubles
+  EXPECT_EQ(s.loss_scale(), 16);
+  s.overflow();  // iter 3: one overflow in one update since the rescale at 2: halves
+  EXPECT_EQ(s.loss_scale(), 8);
+  EXPECT_EQ(s.state().iter, 4);
+  EXPECT_EQ(s.state().last_overflow_iter, 3);
+  s.update();  // iter 4: (4 - 3) % 3 = 1
+  s.update();  // iter 5: 2
+  EXPECT_EQ(s.loss_scale(), 8);
+  s.update();  // iter 6: 0: doubles, three updates after the overflow
+  EXPECT_EQ(s.loss_scale(), 16);
+}
+
+TEST(DynamicLossScaler, ToleranceThresholdAndMinimum) {
+  LossScalerOptions o;
+  o.init_scale = 4;
+  o.scale_window = 100;
+  o.tolerance = 0.5;
+  DynamicLossScaler s(o);
+  for (int i = 0; i < 3; ++i) s.update();  // iters 0-2: 1, 2, 3 % 100, no change
+  EXPECT_EQ(s.loss_scale(), 4);
+  // Iter 3: 1 overflow in 4 updates since the start (last rescale -1): 1/4 < 0.5, kept.
+  s.overflow();
+  EXPECT_EQ(s.loss_scale(), 4);
+  EXPECT_EQ(s.state().overflows_since_rescale, 1);
+  // Iter 4: 2 in 5 = 0.4, kept; iter 5: 3 in 6 = 0.5, halved.
+  s.overflow();
+  EXPECT_EQ(s.loss_scale(), 4);
+  s.overflow();
+  EXPECT_EQ(s.loss_scale(), 2);
+  EXPECT_EQ(s.state().overflows_since_rescale, 0);
+  EXPECT_EQ(s.state().last_rescale_iter, 5);
+
+  // The threshold is a floor; the minimum stops training and leaves the scale as it was.
+  LossScalerOptions t;
+  t.init_scale = 4;
+  t.threshold = 3.0;
+  t.min_loss_scale = 1.0;
+  DynamicLossScaler floor(t);
+  floor.overflow();
+  EXPECT_EQ(floor.loss_scale(), 3.0);
+  LossScalerOptions m;
+  m.init_scale = 2;
+  m.min_loss_scale = 1.0;
+  DynamicLossScaler minimum(m);
+  try {
+    minimum.overflow();  // 2 / 2 = 1 <= 1
+    FAIL() << "the minimum loss scale must stop training";
+  } catch (const OperationalError& e) {
+    EXPECT_NE(std::string(e.what()).find("Minimum loss scale reached (1)"), std::string::npos) << e.what();
+  }
+  EXPECT_EQ(minimum.loss_scale(), 2);
+
+  // The state round trip.
+  DynamicLossScaler copy(o);
+  copy.load_state(s.state());
+  EXPECT_EQ(copy.loss_scale(), 2);
+  EXPECT_EQ(copy.state().iter, s.state().iter);
 }
 
 }  // namespace

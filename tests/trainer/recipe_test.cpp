@@ -184,23 +184,17 @@ TEST_F(Recipes, FairseqsIwsltRecipeRunsAsWritten) {
               std::string::npos)
         << g.out;
   }
-  // The WMT'16 "scaling NMT" training line: every flag is taken; --fp16 is refused until mixed
-  // precision lands, with that reason.
-  const std::vector<std::string> wmt{program("fairseq-cpp-train"), bin, "--arch", "transformer_vaswani_wmt_en_de_big",
-                                     "--share-all-embeddings", "--optimizer", "adam", "--adam-betas", "(0.9, 0.98)",
-                                     "--clip-norm", "0.0", "--lr", "0.0005", "--lr-scheduler", "inverse_sqrt",
-                                     "--warmup-updates", "4000", "--warmup-init-lr", "1e-07", "--dropout", "0.3",
-                                     "--weight-decay", "0.0", "--criterion", "label_smoothed_cross_entropy",
-                                     "--label-smoothing", "0.1", "--max-tokens", "3584", "--fp16"};
-  auto w = run(wmt);
-  EXPECT_EQ(w.exit_code, 2);
-  EXPECT_EQ(w.err,
-            "fairseq-cpp-train: error: `common.fp16` is true, but float16 mixed precision is not implemented yet: "
-            "fairseq-cpp trains in float32 or, with common.bf16, bfloat16; leave it at false.\n");
-  std::vector<std::string> dump(wmt.begin(), wmt.end() - 1);
-  dump.push_back("--dump-config");
+  // The WMT'16 "scaling NMT" training line, --fp16 included: every flag is taken (the big model
+  // would take long to train here: its resolved config is checked).
+  std::vector<std::string> dump{program("fairseq-cpp-train"), bin, "--arch", "transformer_vaswani_wmt_en_de_big",
+                                "--share-all-embeddings", "--optimizer", "adam", "--adam-betas", "(0.9, 0.98)",
+                                "--clip-norm", "0.0", "--lr", "0.0005", "--lr-scheduler", "inverse_sqrt",
+                                "--warmup-updates", "4000", "--warmup-init-lr", "1e-07", "--dropout", "0.3",
+                                "--weight-decay", "0.0", "--criterion", "label_smoothed_cross_entropy",
+                                "--label-smoothing", "0.1", "--max-tokens", "3584", "--fp16", "--dump-config"};
   auto d = run(dump);
   ASSERT_EQ(d.exit_code, 0) << d.err;
+  EXPECT_NE(d.out.find("fp16: true"), std::string::npos) << d.out;
   EXPECT_NE(d.out.find("warmup_init_lr: 1e-07"), std::string::npos) << d.out;
 }
 
@@ -463,6 +457,40 @@ TEST_F(Recipes, Bf16TrainsAndValidatesCloseToFloat32) {
   };
   EXPECT_NEAR(eval(bf16, true), lb, 1e-3);
   EXPECT_NEAR(eval(fp32, false), la, 1e-3);
+}
+
+
+// common.fp16 (issue 18) on the CPU: fairseq's loss scaler over a whole run, in the log
+// (loss_scale) and in the checkpoint, so that a resume mid-epoch continues exactly; the float32
+// arithmetic with power-of-2 scales gives the float32 run's parameters.
+TEST_F(Recipes, Fp16LossScalerResumesExactly) {
+  const std::vector<std::string> fp16{"--fp16", "--fp16-init-scale", "8", "--fp16-scale-window", "4"};
+  const std::string straight = work_.path() + "/straight", resumed = work_.path() + "/resumed",
+                    fp32 = work_.path() + "/fp32";
+  auto rs = train(config(straight, 1, 1, 20, "", 0.1), fp16);
+  ASSERT_EQ(rs.exit_code, 0) << rs.err;
+  EXPECT_NE(rs.err.find("precision fp16 (dynamic loss scaler; the CPU computes in float32)"), std::string::npos)
+      << rs.err;
+  EXPECT_NE(rs.err.find("loss scaler: scale 8, window 4, tolerance 0, minimum 0.0001"), std::string::npos) << rs.err;
+  auto logs = inner_logs(rs.err);
+  ASSERT_EQ(logs.size(), 20u);
+  // The scale doubles after updates 4, 8, 12, 16 and 20 (iters 3, 7, ...: (iter + 1) % 4 == 0).
+  for (auto& [n, j] : logs) EXPECT_EQ(j["loss_scale"].get<double>(), 8 * std::pow(2, n / 4)) << "update " << n;
+  ASSERT_EQ(train(config(resumed, 1, 1, 10, "", 0.1), fp16).exit_code, 0);
+  auto r2 = train(config(resumed, 1, 1, 20, "", 0.1), fp16);
+  ASSERT_EQ(r2.exit_code, 0) << r2.err;
+  auto ps = parameters(straight), pr = parameters(resumed);
+  for (const auto& item : ps) EXPECT_TRUE(torch::equal(item.value(), pr.at(item.key()))) << item.key();
+  auto ss = extra_state(straight + "/checkpoint_last.pt").at("loss_scaler").toGenericDict();
+  auto sr = extra_state(resumed + "/checkpoint_last.pt").at("loss_scaler").toGenericDict();
+  EXPECT_EQ(ss.at("loss_scale").toDouble(), 256.0);
+  for (const char* key : {"iter", "last_overflow_iter", "last_rescale_iter", "overflows_since_rescale"})
+    EXPECT_EQ(ss.at(key).toInt(), sr.at(key).toInt()) << key;
+  EXPECT_EQ(ss.at("iter").toInt(), 20);
+  auto lr = inner_logs(r2.err);
+  for (auto& [n, j] : lr) EXPECT_EQ(j["loss_scale"], logs[n]["loss_scale"]) << "update " << n;
+  ASSERT_EQ(train(config(fp32, 1, 1, 20, "", 0.1)).exit_code, 0);
+  for (const auto& item : parameters(fp32)) EXPECT_TRUE(torch::equal(item.value(), ps.at(item.key()))) << item.key();
 }
 
 }  // namespace

@@ -473,5 +473,74 @@ TEST(Trainer, Bf16TrainsFloat32WeightsCloseToTheFloat32Run) {
   EXPECT_NE(vb, va);
 }
 
+
+// common.fp16 on the CPU: the arithmetic stays float32, the loss is multiplied by the scale and the
+// gradients divided by it (powers of 2: the same bits as without), and fairseq's scaler decides:
+// it grows after its window, and an overflow skips the update and halves it, any number of times
+// in a row, until the minimum loss scale stops training.
+TEST(Trainer, Fp16ScalesExactlyAndOverflowsLowerTheScaleUntilItsMinimum) {
+  auto plain = make_faulty_model(), scaled = make_faulty_model();
+  distributed::FakeGang one;
+  criterions::CriterionOptions co;
+  optim::OptimizerOptions oo;
+  oo.name = "adam";
+  oo.lr = 1e-3;
+  optim::LrSchedulerOptions so;
+  TrainerOptions to;
+  Trainer fp32(to, plain, criterions::Criterion(co), optim::build_optimizer(oo, models::unique_parameters(*plain)),
+               optim::build_lr_scheduler(so), one);
+  to.precision = optim::Precision::kFloat16;
+  optim::LossScalerOptions lo;
+  lo.init_scale = 128;
+  lo.scale_window = 2;
+  lo.min_loss_scale = 1.0;
+  to.loss_scaler = lo;
+  Trainer fp16(to, scaled, criterions::Criterion(co), optim::build_optimizer(oo, models::unique_parameters(*scaled)),
+               optim::build_lr_scheduler(so), one);
+  const std::vector<double> scales{128, 256, 256};  // iters 0, 1, 2: (iter + 1) % 2 == 0 doubles
+  for (int n = 0; n < 3; ++n) {
+    std::vector<data::Batch> group{make_batch(3, 1300 + n), make_batch(2, 1400 + n)};
+    StepStats a = fp32.train_step(group), b = fp16.train_step(group);
+    EXPECT_EQ(b.loss.loss_sum, a.loss.loss_sum);
+    EXPECT_EQ(b.gnorm, a.gnorm);
+    EXPECT_EQ(b.loss_scale, scales[static_cast<size_t>(n)]) << "update " << n + 1;
+  }
+  expect_same_parameters(*plain, *scaled, 0.0);
+  auto before = snapshot(*scaled);
+  scaled->nan = true;
+  double scale = 256;
+  for (int k = 0; k < 7; ++k) {  // 128, 64, ..., 2: more than max_nonfinite (5) in a row
+    StepStats s = fp16.train_step({make_batch(3, 1500 + k)});
+    scale /= 2;
+    EXPECT_TRUE(s.skipped && s.overflow) << k;
+    EXPECT_EQ(s.loss_scale, scale) << k;
+    EXPECT_EQ(fp16.num_updates(), 3);
+  }
+  for (const auto& [name, t] : snapshot(*scaled)) EXPECT_TRUE(torch::equal(t, before.at(name))) << name;
+  try {
+    fp16.train_step({make_batch(3, 1600)});  // 2 / 2 = 1 <= min_loss_scale
+    FAIL() << "the minimum loss scale must stop training";
+  } catch (const OperationalError& e) {
+    EXPECT_NE(std::string(e.what()).find("Minimum loss scale reached (1)"), std::string::npos) << e.what();
+  }
+  EXPECT_EQ(fp16.loss_scaler()->loss_scale(), 2);
+  // Back to finite gradients, training goes on.
+  scaled->nan = false;
+  StepStats s = fp16.train_step({make_batch(3, 1700)});
+  EXPECT_FALSE(s.skipped);
+  EXPECT_EQ(fp16.num_updates(), 4);
+
+  // The loss really is scaled: at 2^127 (float32's largest power of 2) the scaled loss overflows.
+  auto huge_model = make_faulty_model();
+  lo.init_scale = std::ldexp(1.0, 127);
+  lo.min_loss_scale = 1e-4;
+  to.loss_scaler = lo;
+  Trainer huge(to, huge_model, criterions::Criterion(co),
+               optim::build_optimizer(oo, models::unique_parameters(*huge_model)), optim::build_lr_scheduler(so), one);
+  StepStats first = huge.train_step({make_batch(3, 1300)});
+  EXPECT_TRUE(first.overflow);
+  EXPECT_EQ(first.loss_scale, std::ldexp(1.0, 126));
+}
+
 }  // namespace
 }  // namespace fairseq_cpp::trainer

@@ -422,8 +422,8 @@ TEST_F(Recipes, EmaResumesExactlyAndValidationAndEvaluationUseIt) {
 
 
 // common.bf16 (issue 18): a whole run under autocast keeps float32 weights in its checkpoints,
-// validates within 2% of the float32 run's loss, and fairseq-cpp-eval validate --bf16 repeats its
-// validation.
+// validates within 2% of the float32 run's loss, fairseq-cpp-eval validate --bf16 repeats its
+// validation, and a 2-worker run resumed mid-epoch ends as the uninterrupted one.
 TEST_F(Recipes, Bf16TrainsAndValidatesCloseToFloat32) {
   const std::string fp32 = work_.path() + "/fp32", bf16 = work_.path() + "/bf16";
   auto a = train(config(fp32, 1, 1, 30));
@@ -457,6 +457,16 @@ TEST_F(Recipes, Bf16TrainsAndValidatesCloseToFloat32) {
   };
   EXPECT_NEAR(eval(bf16, true), lb, 1e-3);
   EXPECT_NEAR(eval(fp32, false), la, 1e-3);
+
+  // Two workers with dropout, stopped mid-epoch and resumed: the uninterrupted run's parameters.
+  const std::string straight = work_.path() + "/straight", resumed = work_.path() + "/resumed";
+  ASSERT_EQ(train(config(straight, 2, 1, 16, "", 0.1), {"--bf16"}).exit_code, 0);
+  ASSERT_EQ(train(config(resumed, 2, 1, 9, "", 0.1), {"--bf16"}).exit_code, 0);
+  auto r2 = train(config(resumed, 2, 1, 16, "", 0.1), {"--bf16"});
+  ASSERT_EQ(r2.exit_code, 0) << r2.err;
+  EXPECT_NE(r2.err.find("@ 9 updates)"), std::string::npos) << r2.err;
+  auto ps = parameters(straight), pr = parameters(resumed);
+  for (const auto& item : ps) EXPECT_TRUE(torch::equal(item.value(), pr.at(item.key()))) << item.key();
 }
 
 

@@ -341,10 +341,29 @@ StateDict load_file(const std::string& path, Reading reading) {
   return state;
 }
 
+namespace {
+
+// `t` on the CPU with a storage of its own: a view of a flat buffer (Optimizer::flatten) would
+// otherwise be saved with the whole buffer behind it.
+at::Tensor own_storage_cpu(const at::Tensor& t) {
+  at::Tensor cpu = t.detach().cpu();
+  const bool whole = cpu.storage_offset() == 0 && cpu.is_contiguous() &&
+                     cpu.storage().nbytes() == static_cast<size_t>(cpu.numel()) * cpu.element_size();
+  return whole ? cpu : cpu.clone();
+}
+
+}  // namespace
+
 TensorDict model_state(const torch::nn::Module& module) {
   TensorDict out;
-  for (const auto& item : module.named_parameters(true)) out.insert(item.key(), item.value().detach().cpu());
-  for (const auto& item : module.named_buffers(true)) out.insert(item.key(), item.value().detach().cpu());
+  std::map<const void*, at::Tensor> copies;  // a tensor shared by several names stays one tensor
+  auto add = [&](const std::string& name, const at::Tensor& t) {
+    auto it = copies.find(t.unsafeGetTensorImpl());
+    if (it == copies.end()) it = copies.emplace(t.unsafeGetTensorImpl(), own_storage_cpu(t)).first;
+    out.insert(name, it->second);
+  };
+  for (const auto& item : module.named_parameters(true)) add(item.key(), item.value());
+  for (const auto& item : module.named_buffers(true)) add(item.key(), item.value());
   return out;
 }
 

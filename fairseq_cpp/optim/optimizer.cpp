@@ -1,6 +1,8 @@
 #include "fairseq_cpp/optim/optimizer.h"
 
+#include <algorithm>
 #include <cmath>
+#include <functional>
 #include <type_traits>
 
 #include <torch/torch.h>
@@ -37,9 +39,15 @@ std::vector<T> stored_list(const StateDict& s, const std::string& key) {
   return out;
 }
 
+// Each tensor with a storage of its own: a view of a flat buffer would otherwise be saved with the
+// whole buffer behind it.
 c10::List<at::Tensor> to_list(const std::vector<at::Tensor>& tensors) {
   c10::List<at::Tensor> list;
-  for (const auto& t : tensors) list.push_back(t);
+  for (const auto& t : tensors) {
+    const bool whole = t.storage_offset() == 0 && t.is_contiguous() &&
+                       t.storage().nbytes() == static_cast<size_t>(t.numel()) * t.element_size();
+    list.push_back(whole ? t : t.clone());
+  }
   return list;
 }
 
@@ -59,6 +67,20 @@ class Adam : public Optimizer {
 
   void step() override {
     torch::NoGradGuard no_grad;
+    if (flat() && std::adjacent_find(steps_.begin(), steps_.end(), std::not_equal_to<>()) == steps_.end()) {
+      // The same update rule over the flat buffers: ten ops for all parameters.
+      for (auto& t : steps_) ++t;
+      const int64_t t = steps_.empty() ? 1 : steps_[0];
+      flat_exp_avg_.mul_(beta1_).add_(flat_grads_, 1 - beta1_);
+      flat_exp_avg_sq_.mul_(beta2_).addcmul_(flat_grads_, flat_grads_, 1 - beta2_);
+      at::Tensor denom = flat_exp_avg_sq_.sqrt().add_(eps_);
+      const double bias_correction1 = 1 - std::pow(beta1_, static_cast<double>(t));
+      const double bias_correction2 = 1 - std::pow(beta2_, static_cast<double>(t));
+      const double step_size = lr_ * std::sqrt(bias_correction2) / bias_correction1;
+      if (weight_decay_ != 0) flat_params_.add_(flat_params_, -weight_decay_ * lr_);
+      flat_params_.addcdiv_(flat_exp_avg_, denom, -step_size);
+      return;
+    }
     for (size_t i = 0; i < params_.size(); ++i) {
       at::Tensor& p = params_[i];
       if (!p.grad().defined()) continue;
@@ -86,17 +108,28 @@ class Adam : public Optimizer {
   }
   void load_state_dict(const StateDict& s) override {
     Optimizer::load_state_dict(s);
-    exp_avg_ = load_buffers(s, "exp_avg");
-    exp_avg_sq_ = load_buffers(s, "exp_avg_sq");
+    std::vector<at::Tensor> exp_avg = load_buffers(s, "exp_avg"), exp_avg_sq = load_buffers(s, "exp_avg_sq");
     if (!s.contains("step")) raise<DataError>("optimizer state: no `step` entry");
-    steps_ = stored_list<int64_t>(s, "step");
-    if (steps_.size() != params_.size()) raise<DataError>("optimizer state: `step` has the wrong length");
+    std::vector<int64_t> steps = stored_list<int64_t>(s, "step");
+    if (steps.size() != params_.size()) raise<DataError>("optimizer state: `step` has the wrong length");
+    steps_ = std::move(steps);
+    torch::NoGradGuard no_grad;
+    for (size_t i = 0; i < params_.size(); ++i) {  // into the (flat) buffers in place
+      exp_avg_[i].copy_(exp_avg[i]);
+      exp_avg_sq_[i].copy_(exp_avg_sq[i]);
+    }
   }
 
  private:
+  void on_flatten() override {
+    flat_exp_avg_ = flatten_state(exp_avg_);
+    flat_exp_avg_sq_ = flatten_state(exp_avg_sq_);
+  }
+
   double beta1_, beta2_, eps_, weight_decay_;
   std::vector<int64_t> steps_;
   std::vector<at::Tensor> exp_avg_, exp_avg_sq_;
+  at::Tensor flat_exp_avg_, flat_exp_avg_sq_;  // after flatten(): exp_avg_ and exp_avg_sq_ are their views
 };
 
 class Sgd : public Optimizer {
@@ -198,7 +231,62 @@ OptimizerOptions optimizer_options(const config::OptimizerConfig& optimizer,
   return o;
 }
 
+bool Optimizer::flatten() {
+  if (params_.empty() || flat_params_.defined()) return flat_params_.defined();
+  for (const auto& p : params_) {
+    if (p.scalar_type() != torch::kFloat32 || p.device() != params_[0].device()) return false;
+  }
+  torch::NoGradGuard no_grad;
+  int64_t total = 0;
+  offsets_.clear();
+  for (const auto& p : params_) {
+    offsets_.push_back(total);
+    total += p.numel();
+  }
+  const auto options = params_[0].options();
+  flat_params_ = torch::empty({total}, options);
+  flat_grads_ = torch::zeros({total}, options);
+  for (size_t i = 0; i < params_.size(); ++i) {
+    at::Tensor& p = params_[i];
+    at::Tensor view = flat_params_.narrow(0, offsets_[i], p.numel()).view(p.sizes());
+    view.copy_(p);
+    p.set_data(view);  // every holder of p (the model's modules) sees the flat storage
+    at::Tensor grad = flat_grads_.narrow(0, offsets_[i], p.numel()).view(p.sizes());
+    if (p.grad().defined()) grad.copy_(p.grad());
+    p.mutable_grad() = grad;
+  }
+  on_flatten();
+  return true;
+}
+
+bool Optimizer::flat() const {
+  if (!flat_params_.defined()) return false;
+  const auto* params = flat_params_.data_ptr<float>();
+  const auto* grads = flat_grads_.data_ptr<float>();
+  for (size_t i = 0; i < params_.size(); ++i) {
+    const at::Tensor& p = params_[i];
+    if (!p.grad().defined() || p.data_ptr() != params + offsets_[i] || p.grad().data_ptr() != grads + offsets_[i] ||
+        !p.is_contiguous() || !p.grad().is_contiguous())
+      return false;
+  }
+  return true;
+}
+
+at::Tensor Optimizer::flatten_state(std::vector<at::Tensor>& state) const {
+  at::Tensor flat = torch::empty_like(flat_params_);
+  for (size_t i = 0; i < state.size(); ++i) {
+    at::Tensor view = flat.narrow(0, offsets_[i], params_[i].numel()).view(params_[i].sizes());
+    view.copy_(state[i]);
+    state[i] = view;
+  }
+  return flat;
+}
+
 void Optimizer::zero_grad() {
+  if (flat()) {
+    flat_grads_.zero_();
+    return;
+  }
   for (auto& p : params_) {
     if (p.grad().defined()) {
       p.mutable_grad().detach_();
@@ -251,6 +339,15 @@ std::unique_ptr<Optimizer> build_optimizer(const OptimizerOptions& options, std:
   if (options.name == "sgd") return std::make_unique<Sgd>(std::move(params), options, false);
   if (options.name == "nag") return std::make_unique<Sgd>(std::move(params), options, true);
   raise<UserError>("`optimizer._name` must be adam, sgd or nag, but is `{}` instead.", options.name);
+}
+
+double clip_grad_norm(const at::Tensor& flat_grads, double max_norm) {
+  const double total = flat_grads.norm().item<double>();
+  if (max_norm > 0 && total > max_norm) {
+    torch::NoGradGuard no_grad;
+    flat_grads.mul_(max_norm / (total + 1e-6));
+  }
+  return total;
 }
 
 double clip_grad_norm(const std::vector<at::Tensor>& params, double max_norm) {

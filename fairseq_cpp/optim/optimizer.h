@@ -48,6 +48,18 @@ class Optimizer {
   void set_lr(double lr) { lr_ = lr; }
   const std::vector<at::Tensor>& params() const { return params_; }
 
+  // Puts the parameters and their gradients into one flat float32 buffer each: the parameters and
+  // gradients become views of them (values unchanged), and step(), zero_grad() and the state run
+  // a few ops over all parameters instead of a few per parameter (fairseq's flat fp32 copy in
+  // FP16Optimizer). Only for float32 parameters on one device; returns whether it did.
+  bool flatten();
+  // Whether the parameters and gradients are still those views: a gradient replaced by another
+  // tensor, or a parameter given other storage, breaks that, and the optimizer then works one
+  // parameter at a time again.
+  bool flat() const;
+  // The flat gradient buffer (undefined before flatten()).
+  const at::Tensor& flat_grads() const { return flat_grads_; }
+
   // {"name", "lr", plus per-parameter state as lists in parameter order}; never a one-entry dict.
   virtual StateDict state_dict() const;
   // Throws DataError when the state is for another optimizer or other parameter shapes.
@@ -56,9 +68,15 @@ class Optimizer {
  protected:
   // Reads a list of tensors `key` of state, one per parameter, checking count and shapes.
   std::vector<at::Tensor> load_buffers(const StateDict& state, const std::string& key) const;
+  // After flatten(): per-parameter state moved into one flat buffer, `state` becoming its views.
+  at::Tensor flatten_state(std::vector<at::Tensor>& state) const;
+  // Called by flatten() once the parameters are flat: move the optimizer's own state.
+  virtual void on_flatten() {}
 
   std::vector<at::Tensor> params_;
   double lr_;
+  at::Tensor flat_params_, flat_grads_;  // defined after flatten()
+  std::vector<int64_t> offsets_;         // params_[i] is [offsets_[i], offsets_[i] + numel) of them
 };
 
 std::unique_ptr<Optimizer> build_optimizer(const OptimizerOptions& options, std::vector<at::Tensor> params);
@@ -66,5 +84,7 @@ std::unique_ptr<Optimizer> build_optimizer(const OptimizerOptions& options, std:
 // fairseq's clip_grad_norm_: the L2 norm of all gradients together; when max_norm > 0 and the norm
 // exceeds it, every gradient is scaled by max_norm / (norm + 1e-6). Returns the norm before clipping.
 double clip_grad_norm(const std::vector<at::Tensor>& params, double max_norm);
+// The same over a flat gradient buffer (Optimizer::flat_grads()): one norm, one scaling.
+double clip_grad_norm(const at::Tensor& flat_grads, double max_norm);
 
 }  // namespace fairseq_cpp::optim

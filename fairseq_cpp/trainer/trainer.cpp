@@ -35,6 +35,13 @@ Trainer::Trainer(const TrainerOptions& options, std::shared_ptr<models::EncoderD
       loss_scaler_(options.loss_scaler ? std::make_unique<optim::DynamicLossScaler>(*options.loss_scaler) : nullptr),
       params_(models::unique_parameters(*model_)),
       device_(gang.device()) {
+  // One flat buffer for the weights and one for the gradients, when the optimizer holds the same
+  // parameters in the same order: the optimizer's step, zeroing, clipping and the gradient sums
+  // are then a few ops over all parameters.
+  const auto& owned = optimizer_->params();
+  bool same = owned.size() == params_.size();
+  for (size_t i = 0; same && i < params_.size(); ++i) same = owned[i].is_same(params_[i]);
+  if (same) optimizer_->flatten();
   for (auto& p : params_) {
     num_scalars_ += p.numel();
     // Allocated now, beside the parameters, rather than during the first backward among that
@@ -128,7 +135,8 @@ StepStats Trainer::train_step(const std::vector<data::Batch>& samples) {
   }
   const double scale = loss_scaler_ ? loss_scaler_->loss_scale() : 1.0;
   all_reduce_gradients(static_cast<double>(stats.loss.sample_size) * scale, one_term);
-  stats.gnorm = optim::clip_grad_norm(params_, options_.clip_norm);
+  stats.gnorm = flat() ? optim::clip_grad_norm(optimizer_->flat_grads(), options_.clip_norm)
+                       : optim::clip_grad_norm(params_, options_.clip_norm);
   stats.clipped = options_.clip_norm > 0 && stats.gnorm > options_.clip_norm;
   // The gradients, hence the norm, are the same on every rank: so is this decision.
   if (loss_scaler_ && !std::isfinite(stats.gnorm)) {
@@ -170,6 +178,11 @@ StepStats Trainer::train_step(const std::vector<data::Batch>& samples) {
 void Trainer::accumulate_gradients() {
   // float32 micro-batch gradients summed in float64: the sum no longer depends on the order in
   // which micro-batches and workers are added (a few float32 terms add exactly in float64).
+  if (flat()) {
+    grad_sum_.add_(optimizer_->flat_grads().to(at::kDouble));
+    optimizer_->flat_grads().zero_();
+    return;
+  }
   int64_t offset = 0;
   for (at::Tensor& p : params_) {
     int64_t n = p.numel();
@@ -182,6 +195,10 @@ void Trainer::accumulate_gradients() {
 }
 
 void Trainer::all_reduce_gradients(double denominator, bool one_term) {
+  if (one_term && flat()) {
+    optimizer_->flat_grads().div_(denominator);
+    return;
+  }
   if (one_term) {
     for (at::Tensor& p : params_) {
       if (p.grad().defined()) p.mutable_grad().div_(denominator);
@@ -197,6 +214,10 @@ void Trainer::all_reduce_gradients(double denominator, bool one_term) {
     if (gang_.size() > 1) distributed::all_sum(gang_, bucket);
   }
   grad_sum_.div_(denominator);
+  if (flat()) {
+    optimizer_->flat_grads().copy_(grad_sum_);
+    return;
+  }
   int64_t offset = 0;
   for (at::Tensor& p : params_) {
     int64_t n = p.numel();

@@ -87,6 +87,8 @@ class Trainer {
   void all_reduce_gradients(double denominator, bool one_term);
   // Compares a checksum of the parameters across ranks; throws OperationalError with a table.
   void check_parameters_agree();
+  // Whether the weights and gradients are the optimizer's flat buffers, in params_'s order.
+  bool flat() const { return optimizer_->flat(); }
 
   TrainerOptions options_;
   std::shared_ptr<models::EncoderDecoderModel> model_;

@@ -255,3 +255,97 @@ TEST(LrScheduler, StateRoundTripRestoresTheRateAndPosition) {
 
 }  // namespace
 }  // namespace fairseq_cpp::optim
+
+namespace fairseq_cpp::optim {
+namespace {
+
+// Parameters of a few shapes, with gradients, the same for every call.
+std::vector<at::Tensor> some_parameters() {
+  torch::manual_seed(11);
+  std::vector<at::Tensor> out{torch::randn({7, 5}), torch::randn({5}), torch::randn({3, 2, 4}), torch::randn({1})};
+  for (auto& p : out) p.requires_grad_(true);
+  return out;
+}
+
+void set_gradients(std::vector<at::Tensor>& params, int step) {
+  torch::NoGradGuard no_grad;
+  for (size_t i = 0; i < params.size(); ++i) {
+    torch::manual_seed(static_cast<uint64_t>(100 * step + static_cast<int>(i)));
+    at::Tensor g = torch::randn(params[i].sizes());
+    if (params[i].grad().defined())
+      params[i].mutable_grad().copy_(g);  // in place: the flat views stay
+    else
+      params[i].mutable_grad() = g;
+  }
+}
+
+// The flat buffers change how many ops an update takes, not its result: Adam (with weight decay)
+// over flat buffers gives the per-parameter updates, its state saves one storage per tensor and
+// loads back into the views, and a gradient replaced by another tensor falls back to the loop.
+TEST(FlatOptimizer, AdamOverFlatBuffersEqualsOneParameterAtATime) {
+  OptimizerOptions o = adam_options(1e-2, 0.01);
+  auto loose = some_parameters(), flat = some_parameters();
+  auto a = build_optimizer(o, loose), b = build_optimizer(o, flat);
+  ASSERT_TRUE(b->flatten());
+  ASSERT_TRUE(b->flat());
+  EXPECT_FALSE(a->flat());
+  EXPECT_EQ(b->flat_grads().numel(), 35 + 5 + 24 + 1);
+  for (size_t i = 0; i < flat.size(); ++i) EXPECT_TRUE(torch::equal(flat[i], loose[i]));  // values kept
+  for (int step = 1; step <= 4; ++step) {
+    set_gradients(loose, step);
+    set_gradients(flat, step);
+    a->step();
+    b->step();
+    ASSERT_TRUE(b->flat());
+    for (size_t i = 0; i < flat.size(); ++i) EXPECT_TRUE(torch::equal(flat[i], loose[i])) << "step " << step << ", " << i;
+  }
+  StateDict saved = b->state_dict();
+  for (const auto& v : saved.at("exp_avg").toListRef()) {
+    const at::Tensor t = v.toTensor();
+    EXPECT_EQ(t.storage().nbytes(), static_cast<size_t>(t.numel()) * sizeof(float));
+  }
+  auto again = some_parameters();
+  auto c = build_optimizer(o, again);
+  ASSERT_TRUE(c->flatten());
+  c->load_state_dict(saved);
+  {
+    torch::NoGradGuard no_grad;
+    for (size_t i = 0; i < again.size(); ++i) again[i].copy_(flat[i]);
+  }
+  set_gradients(again, 5);
+  set_gradients(flat, 5);
+  b->step();
+  c->step();
+  EXPECT_TRUE(c->flat());
+  for (size_t i = 0; i < flat.size(); ++i) EXPECT_TRUE(torch::equal(flat[i], again[i])) << i;
+
+  // zero_grad clears the flat buffer; a gradient that is no longer a view ends the flat path.
+  b->zero_grad();
+  EXPECT_EQ(b->flat_grads().abs().sum().item<float>(), 0.0f);
+  flat[1].mutable_grad() = torch::ones({5});
+  EXPECT_FALSE(b->flat());
+  b->step();  // one parameter at a time, with the new gradient
+  EXPECT_TRUE(torch::equal(flat[0].grad(), torch::zeros({7, 5})));
+  // Other dtypes are left alone.
+  std::vector<at::Tensor> doubles{torch::zeros({2}, torch::kFloat64).requires_grad_(true)};
+  EXPECT_FALSE(build_optimizer(o, doubles)->flatten());
+}
+
+TEST(FlatOptimizer, ClipGradNormOverTheFlatBufferEqualsThePerParameterNorm) {
+  auto params = some_parameters();
+  set_gradients(params, 1);
+  auto opt = build_optimizer(adam_options(1e-2, 0.0), params);
+  std::vector<at::Tensor> copies;
+  for (const auto& p : params) copies.push_back(p.grad().clone());
+  ASSERT_TRUE(opt->flatten());
+  double expected = 0;
+  for (const auto& g : copies) expected += g.to(torch::kFloat64).pow(2).sum().item<double>();
+  expected = std::sqrt(expected);
+  const double norm = clip_grad_norm(opt->flat_grads(), 1.0);
+  EXPECT_NEAR(norm, expected, 1e-5 * expected);
+  EXPECT_NEAR(opt->flat_grads().norm().item<double>(), 1.0, 1e-5);  // clipped to max_norm
+  EXPECT_TRUE(torch::allclose(params[0].grad(), copies[0] * (1.0 / (norm + 1e-6)), 1e-6, 1e-7));
+}
+
+}  // namespace
+}  // namespace fairseq_cpp::optim

@@ -69,6 +69,9 @@ void describe(DistributedTrainingConfig& c, Section& s) {
       .one_of({"c10d", "pytorch_ddp", "no_c10d", "legacy_ddp"})
       .same_for_every_value(
           "every choice averages the same gradients here: fairseq-cpp all-reduces its own gradient buckets");
+  s.add("socket_ifname", &c.socket_ifname,
+        "network interface(s) for Gloo, comma-separated (empty = GLOO_SOCKET_IFNAME, else the one that routes to the "
+        "master)");
 }
 
 void describe(DatasetConfig& c, Section& s) {

@@ -67,6 +67,8 @@ struct DistributedTrainingConfig {
   double timeout = 1800.0;              // collective and rendezvous timeout, in seconds
   int64_t check_interval = 100;         // updates between cross-rank parameter checksum checks; 0 = off
   std::string ddp_backend = "pytorch_ddp";  // fairseq's DDP implementation; all average the same gradients here
+  // network interface(s) for Gloo, comma-separated; empty = GLOO_SOCKET_IFNAME, else the one that routes to the master
+  std::string socket_ifname;
 };
 void describe(DistributedTrainingConfig& c, Section& s);
 

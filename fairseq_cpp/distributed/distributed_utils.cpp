@@ -30,7 +30,8 @@ nlohmann::json decode(const at::Tensor& bytes_on_any_device, int64_t size) {
 
 }  // namespace
 
-std::shared_ptr<Gang> distributed_init(const Topology& topology, double timeout_seconds, const std::string& backend) {
+std::shared_ptr<Gang> distributed_init(const Topology& topology, double timeout_seconds, const std::string& backend,
+                                       const SocketInterface& socket) {
   if (topology.spawn > 0)
     raise<OperationalError>("distributed_init: this process spawns {} workers and joins no gang.", topology.spawn);
   c10::Device device(topology.device);
@@ -45,6 +46,7 @@ std::shared_ptr<Gang> distributed_init(const Topology& topology, double timeout_
   pg.backend = backend;
   pg.store_served_elsewhere = topology.store_from_agent;
   pg.store_namespace = topology.run_id;
+  pg.socket = socket;
   return make_process_group_gang(pg);
 }
 

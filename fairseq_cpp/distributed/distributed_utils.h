@@ -15,6 +15,7 @@
 #include <nlohmann/json_fwd.hpp>
 
 #include "fairseq_cpp/distributed/gang.h"
+#include "fairseq_cpp/distributed/network.h"
 #include "fairseq_cpp/distributed/topology.h"
 
 namespace fairseq_cpp::distributed {
@@ -24,9 +25,10 @@ inline Topology infer_init_method(const TopologyInputs& inputs) { return resolve
 
 // Joins the job's process group (Gloo on the CPU, NCCL on CUDA) with `timeout_seconds` for the
 // rendezvous and every collective; a FakeGang of size 1 for a single process. Not for a
-// topology that spawns (launch() does that).
+// topology that spawns (launch() does that). Gloo binds `socket`; empty = the interface of the
+// route to the master, or GLOO_SOCKET_IFNAME's.
 std::shared_ptr<Gang> distributed_init(const Topology& topology, double timeout_seconds,
-                                       const std::string& backend = "");
+                                       const std::string& backend = "", const SocketInterface& socket = {});
 
 inline bool is_master(const Gang& gang) { return gang.rank() == 0; }
 inline int get_rank(const Gang& gang) { return gang.rank(); }

@@ -213,9 +213,17 @@ int spawn_and_supervise(const Topology& t, const std::vector<std::string>& argv,
 
 int launch(const Topology& t, const std::vector<std::string>& argv, const LaunchOptions& options,
            const WorkerBody& body) {
-  log::info("distributed", "{}", t.describe());
-  if (t.spawn > 0) return spawn_and_supervise(t, argv, options);
-  std::shared_ptr<Gang> gang = distributed_init(t, options.timeout_seconds, options.backend);
+  if (t.spawn > 0) {
+    log::info("distributed", "{}", t.describe());
+    return spawn_and_supervise(t, argv, options);
+  }
+  // The start-up line names the interface that Gloo binds (the CPU's collectives go over it).
+  SocketInterface socket;
+  if (t.world_size > 1 && !c10::Device(t.device).is_cuda())
+    socket = choose_socket_interface(t.master_addr, options.socket_ifname, gloo_socket_ifname_env(),
+                                     t.local_world_size == t.world_size);
+  log::info("distributed", "{}{}", t.describe(), socket.empty() ? "" : " " + socket.describe());
+  std::shared_ptr<Gang> gang = distributed_init(t, options.timeout_seconds, options.backend, socket);
   return body(*gang);
 }
 

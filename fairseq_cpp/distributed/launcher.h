@@ -23,6 +23,9 @@ struct LaunchOptions {
   std::string backend;            // "gloo" | "nccl"; empty = by device
   bool prefix_output = false;     // prefix every child output line with "[rank N] " (several ranks log)
   double grace_seconds = 5;       // after a failure: SIGTERM, then SIGKILL this much later
+  // The network interface(s) Gloo binds (distributed_training.socket_ifname, comma-separated);
+  // empty = GLOO_SOCKET_IFNAME, else the interface of the route to the master.
+  std::string socket_ifname;
 };
 
 // A worker exited with a failure: `exit_code()` is the worker's own code (1 for a signal).

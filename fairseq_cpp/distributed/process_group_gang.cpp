@@ -7,13 +7,13 @@
 
 #include <algorithm>
 #include <chrono>
-#include <cstdlib>
 
 #include <fmt/format.h>
 
 #include "fairseq_cpp/core/logging.h"
 #include "fairseq_cpp/core/torch_compat.h"
 #include "fairseq_cpp/distributed/nccl_backend.h"
+#include "fairseq_cpp/distributed/peer_beacon.h"
 
 namespace fairseq_cpp::distributed {
 namespace {
@@ -23,6 +23,9 @@ using BackendBase = c10d::Backend;
 #else
 using BackendBase = c10d::ProcessGroup;
 #endif
+
+// How long a failed rank waits for the other ranks' beacons to answer.
+constexpr double kProbeSeconds = 1.0;
 
 std::chrono::milliseconds to_ms(double seconds) {
   return std::chrono::milliseconds(static_cast<int64_t>(seconds * 1000));
@@ -43,13 +46,12 @@ c10d::ReduceOp to_c10d(ReduceOp op) {
   return c10d::ReduceOp::SUM;
 }
 
-std::shared_ptr<::gloo::transport::Device> gloo_device(const std::string& master_addr) {
-  if (const char* ifname = std::getenv("GLOO_SOCKET_IFNAME"); ifname != nullptr && *ifname != '\0')
-    return c10d::ProcessGroupGloo::createDeviceForInterface(ifname);
-  // All ranks on this host talk over loopback; across hosts, bind to this host's address.
-  if (master_addr == "127.0.0.1" || master_addr == "localhost")
-    return c10d::ProcessGroupGloo::createDeviceForHostname("127.0.0.1");
-  return c10d::ProcessGroupGloo::createDefaultDevice();
+// One Gloo device per chosen interface; a route's source address when the route chose it.
+std::vector<std::shared_ptr<::gloo::transport::Device>> gloo_devices(const SocketInterface& socket) {
+  if (!socket.address.empty()) return {c10d::ProcessGroupGloo::createDeviceForHostname(socket.address)};
+  std::vector<std::shared_ptr<::gloo::transport::Device>> devices;
+  for (const auto& name : socket.interfaces) devices.push_back(c10d::ProcessGroupGloo::createDeviceForInterface(name));
+  return devices;
 }
 
 class ProcessGroupGang : public Gang {
@@ -63,13 +65,17 @@ class ProcessGroupGang : public Gang {
         backend_ = make_nccl_backend(group_store, rank_, size_, to_ms(options_.timeout_seconds));
       } else {
         auto gloo = c10d::ProcessGroupGloo::Options::create(to_ms(options_.timeout_seconds));
-        gloo->devices.push_back(gloo_device(options_.master_addr));
+        gloo->devices = gloo_devices(options_.socket);
         backend_ = c10::make_intrusive<c10d::ProcessGroupGloo>(group_store, rank_, size_, gloo);
       }
     } catch (const c10::Error& e) {
-      raise<GangError>("joining process group `{}` failed on rank {} of {}: {}", name_, rank_, size_,
+      raise<GangError>("joining process group `{}` failed on rank {} of {}{}: {}", name_, rank_, size_, bound(),
                        core::torch_message(e.what_without_backtrace()));
+    } catch (const std::exception& e) {  // Gloo's own IoException: a peer it cannot connect to
+      raise<GangError>("joining process group `{}` failed on rank {} of {}{}: {}", name_, rank_, size_, bound(),
+                       e.what());
     }
+    if (!options_.device.is_cuda() && size_ > 1) start_beacon();
   }
 
   int rank() const override { return rank_; }
@@ -133,17 +139,53 @@ class ProcessGroupGang : public Gang {
                        options_.device.str());
   }
 
+  // " (Gloo on interface=fsqv1 (...))": where this rank listens, when a join fails.
+  std::string bound() const {
+    return options_.device.is_cuda() || options_.socket.empty() ? "" : " (Gloo on " + options_.socket.describe() + ")";
+  }
+
+  // This rank's beacon on its Gloo address, and every rank's endpoint (one all_gather, on every
+  // rank: a rank without a beacon sends an empty endpoint, and its peers name no lost ranks).
+  void start_beacon() {
+    std::string address = options_.socket.listen_address();
+    try {
+      if (!address.empty()) beacon_ = std::make_unique<PeerBeacon>(address);
+    } catch (const Error& e) {
+      log::warning("distributed", "{}; a failed collective will not name the lost ranks", e.what());
+    }
+    constexpr int64_t kWidth = 64;  // "ADDRESS PORT": an IPv6 address's text is at most 45 bytes
+    std::string mine = beacon_ ? beacon_->endpoint().substr(0, kWidth - 1) : "";
+    at::Tensor input = at::zeros({kWidth}, at::kByte);
+    std::copy(mine.begin(), mine.end(), input.data_ptr<uint8_t>());
+    std::vector<at::Tensor> inputs{input};
+    std::vector<std::vector<at::Tensor>> outputs(1);
+    for (int i = 0; i < size_; ++i) outputs[0].push_back(at::zeros({kWidth}, at::kByte));
+    run("all_gather(peer beacons)", [&] { return backend_->allgather(outputs, inputs); });
+    for (const auto& t : outputs[0]) endpoints_.emplace_back(reinterpret_cast<const char*>(t.data_ptr<uint8_t>()));
+  }
+
+  // "; ranks 2, 3 are gone (...)": the lost peers, as their beacons tell (before the gang has
+  // formed: nothing).
+  std::string lost_peers() {
+    if (!beacon_ || static_cast<int>(endpoints_.size()) != size_) return "";
+    std::string lost = beacon_->lost_peers(rank_, endpoints_, kProbeSeconds);
+    return lost.empty() ? "" : "; " + lost;
+  }
+
   template <typename Start>
   void run(const std::string& op, Start&& start) {
+    std::string message;
     try {
       auto work = start();
       work->wait(to_ms(options_.timeout_seconds));
+      return;
     } catch (const c10::Error& e) {
-      raise<GangError>("{} failed on rank {} of {} (group `{}`): {}", op, rank_, size_, name_,
-                       core::torch_message(e.what_without_backtrace()));
+      message = core::torch_message(e.what_without_backtrace());
     } catch (const std::exception& e) {
-      raise<GangError>("{} failed on rank {} of {} (group `{}`): {}", op, rank_, size_, name_, e.what());
+      message = e.what();
     }
+    std::string lost = lost_peers();
+    raise<GangError>("{} failed on rank {} of {} (group `{}`): {}{}", op, rank_, size_, name_, message, lost);
   }
 
   c10::intrusive_ptr<c10d::Store> store_;  // the job's TCPStore; sub-gangs use prefixes of it
@@ -152,6 +194,8 @@ class ProcessGroupGang : public Gang {
   int size_;
   ProcessGroupOptions options_;
   c10::intrusive_ptr<BackendBase> backend_;
+  std::unique_ptr<PeerBeacon> beacon_;  // Gloo only: tells which peers are lost after a failure
+  std::vector<std::string> endpoints_;  // every rank's beacon, "ADDRESS PORT"
   int next_group_ = 0;
 };
 
@@ -169,6 +213,9 @@ std::shared_ptr<Gang> make_process_group_gang(const ProcessGroupOptions& options
   if ((backend == "nccl") != options.device.is_cuda())
     raise<UserError>("backend {} cannot run on {}: use gloo for the CPU and nccl for CUDA.", backend,
                      options.device.str());
+  ProcessGroupOptions resolved = options;
+  if (resolved.socket.empty() && !resolved.device.is_cuda())
+    resolved.socket = choose_socket_interface(options.master_addr, "", gloo_socket_ifname_env());
   c10d::TCPStoreOptions store_options;
   store_options.port = static_cast<uint16_t>(options.master_port);
   store_options.isServer = options.rank == 0 && !options.store_served_elsewhere;
@@ -194,7 +241,7 @@ std::shared_ptr<Gang> make_process_group_gang(const ProcessGroupOptions& options
                      options.master_port, options.rank, options.world_size, options.timeout_seconds,
                      core::torch_message(e.what()));
   }
-  return std::make_shared<ProcessGroupGang>(store, "default", options.rank, options.world_size, options);
+  return std::make_shared<ProcessGroupGang>(store, "default", options.rank, options.world_size, resolved);
 }
 
 }  // namespace fairseq_cpp::distributed

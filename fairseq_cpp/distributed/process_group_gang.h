@@ -8,6 +8,7 @@
 #include <string>
 
 #include "fairseq_cpp/distributed/gang.h"
+#include "fairseq_cpp/distributed/network.h"
 
 namespace fairseq_cpp::distributed {
 
@@ -23,6 +24,8 @@ struct ProcessGroupOptions {
   // group: all ranks connect as clients, under a prefix that is new for each start of the group.
   bool store_served_elsewhere = false;
   std::string store_namespace = "none";  // names the job in that prefix (TORCHELASTIC_RUN_ID)
+  // What Gloo binds; empty = choose_socket_interface(master_addr, "", GLOO_SOCKET_IFNAME).
+  SocketInterface socket;
 };
 
 // Joins the gang (blocks until every rank has arrived or the timeout passes).

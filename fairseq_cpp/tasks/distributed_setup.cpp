@@ -24,6 +24,7 @@ distributed::LaunchOptions launch_options(const config::Config& cfg) {
   o.timeout_seconds = cfg.distributed_training.timeout;
   o.backend = cfg.distributed_training.distributed_backend;
   o.prefix_output = cfg.common.log_all_ranks;
+  o.socket_ifname = cfg.distributed_training.socket_ifname;
   return o;
 }
 

@@ -5,7 +5,9 @@
 //   oversize     rank 1 sends an all_gather_list payload over max_size: every rank must raise
 //   exit-mid     after one all_reduce rank 1 exits; the others must get GangError, not hang
 //   hang         print "ready", then sit in barriers until killed
+//   route HOST   (no gang) print the interface Gloo would bind to reach the master HOST
 // Flags: --world-size N --port P --timeout S --init-method M --rank R --no-spawn --prefix
+//        --socket-ifname NAMES
 #include <unistd.h>
 
 #include <chrono>
@@ -23,6 +25,7 @@
 #include "fairseq_cpp/core/meters.h"
 #include "fairseq_cpp/distributed/distributed_utils.h"
 #include "fairseq_cpp/distributed/launcher.h"
+#include "fairseq_cpp/distributed/network.h"
 #include "tests/distributed/collective_suite.h"
 
 using namespace fairseq_cpp;
@@ -82,10 +85,16 @@ int main(int argc, char** argv) {
   return core::guarded_main("fsq_dist_probe", [&]() -> int {
     if (argc < 2) raise<UserError>("usage: fsq_dist_probe SCENARIO [flags]");
     std::string scenario = argv[1];
+    int first_flag = 2;
+    std::string route_host;
+    if (scenario == "route") {
+      if (argc < 3) raise<UserError>("usage: fsq_dist_probe route HOST [--socket-ifname NAMES]");
+      route_host = argv[first_flag++];
+    }
     TopologyInputs in;
     LaunchOptions launch_options;
     launch_options.timeout_seconds = 30;
-    for (int i = 2; i < argc; ++i) {
+    for (int i = first_flag; i < argc; ++i) {
       std::string a = argv[i];
       auto value = [&]() -> std::string {
         if (i + 1 >= argc) raise<UserError>("{} needs a value", a);
@@ -105,8 +114,16 @@ int main(int argc, char** argv) {
         in.no_spawn = true;
       else if (a == "--prefix")
         launch_options.prefix_output = true;
+      else if (a == "--socket-ifname")
+        launch_options.socket_ifname = value();
       else
         raise<UserError>("unknown flag {}", a);
+    }
+    if (scenario == "route") {
+      SocketInterface chosen =
+          choose_socket_interface(route_host, launch_options.socket_ifname, gloo_socket_ifname_env());
+      fmt::print("{}\n", chosen.describe());
+      return 0;
     }
     in.env = capture_environment();
     Topology topology = resolve_topology(in);

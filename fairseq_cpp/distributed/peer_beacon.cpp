@@ -1,0 +1,183 @@
+#include "fairseq_cpp/distributed/peer_beacon.h"
+
+#include <arpa/inet.h>
+#include <fcntl.h>
+#include <netdb.h>
+#include <netinet/in.h>
+#include <poll.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <chrono>
+#include <cstring>
+#include <map>
+#include <sstream>
+
+#include <fmt/format.h>
+
+#include "fairseq_cpp/core/errors.h"
+
+namespace fairseq_cpp::distributed {
+namespace {
+
+constexpr int kSettleMs = 500;
+
+// `address`:`port` as a socket address (numeric only).
+bool to_sockaddr(const std::string& address, int port, sockaddr_storage& out, socklen_t& length) {
+  addrinfo hints{};
+  hints.ai_flags = AI_NUMERICHOST | AI_NUMERICSERV;
+  hints.ai_socktype = SOCK_STREAM;
+  addrinfo* found = nullptr;
+  if (getaddrinfo(address.c_str(), std::to_string(port).c_str(), &hints, &found) != 0) return false;
+  std::memcpy(&out, found->ai_addr, found->ai_addrlen);
+  length = found->ai_addrlen;
+  freeaddrinfo(found);
+  return true;
+}
+
+std::string list(const std::vector<int>& ranks) {
+  std::string out;
+  for (int r : ranks) out += fmt::format("{}{}", out.empty() ? "" : ", ", r);
+  return out;
+}
+
+std::string list(const std::set<std::string>& items) {
+  std::string out;
+  for (const auto& s : items) out += (out.empty() ? "" : ", ") + s;
+  return out;
+}
+
+}  // namespace
+
+PeerBeacon::PeerBeacon(const std::string& address) : address_(address) {
+  sockaddr_storage sa{};
+  socklen_t length = 0;
+  if (!to_sockaddr(address, 0, sa, length))
+    raise<OperationalError>("peer beacon: `{}` is not a numeric address.", address);
+  listen_fd_ = socket(sa.ss_family, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  if (listen_fd_ < 0 || bind(listen_fd_, reinterpret_cast<sockaddr*>(&sa), length) != 0 ||
+      listen(listen_fd_, 128) != 0 || getsockname(listen_fd_, reinterpret_cast<sockaddr*>(&sa), &length) != 0) {
+    int err = errno;
+    if (listen_fd_ >= 0) close(listen_fd_);
+    raise<OperationalError>("peer beacon: cannot listen on {}: {}", address, std::strerror(err));
+  }
+  port_ = ntohs(sa.ss_family == AF_INET ? reinterpret_cast<sockaddr_in*>(&sa)->sin_port
+                                        : reinterpret_cast<sockaddr_in6*>(&sa)->sin6_port);
+  thread_ = std::thread([this] { serve(); });
+}
+
+PeerBeacon::~PeerBeacon() {
+  stop_ = true;
+  if (thread_.joinable()) thread_.join();
+  close(listen_fd_);
+}
+
+std::string PeerBeacon::endpoint() const { return fmt::format("{} {}", address_, port_); }
+
+void PeerBeacon::serve() {
+  while (!stop_) collect(100);
+}
+
+void PeerBeacon::collect(int wait_ms) {
+  std::lock_guard<std::mutex> lock(mutex_);
+  pollfd waiting{listen_fd_, POLLIN, 0};
+  while (poll(&waiting, 1, wait_ms) == 1) {
+    int fd = accept4(listen_fd_, nullptr, nullptr, SOCK_CLOEXEC);
+    if (fd < 0) return;
+    // A note is one short line, written at once by a peer that failed; a connection without one
+    // (a probe of a peer that has not failed) closes with nothing.
+    std::string note;
+    pollfd readable{fd, POLLIN, 0};
+    char buffer[64];
+    while (note.size() < 64 && poll(&readable, 1, 200) == 1) {
+      ssize_t n = read(fd, buffer, sizeof(buffer));
+      if (n <= 0) break;
+      note.append(buffer, static_cast<size_t>(n));
+      if (note.find('\n') != std::string::npos) break;
+    }
+    close(fd);
+    int rank = -1;
+    if (std::sscanf(note.c_str(), "failed %d", &rank) == 1 && rank >= 0) failed_.insert(rank);
+    wait_ms = 0;  // then only what is already waiting
+  }
+}
+
+std::string PeerBeacon::lost_peers(int rank, const std::vector<std::string>& endpoints, double timeout_seconds) {
+  struct Probe {
+    int rank;
+    std::string address;
+    int fd = -1;
+    int error = EINPROGRESS;  // 0 once connected
+  };
+  // A peer killed together with the one that broke our collective may take a moment to lose its
+  // sockets: probing at once would find it alive.
+  std::this_thread::sleep_for(std::chrono::milliseconds(kSettleMs));
+  std::vector<Probe> probes;
+  for (int r = 0; r < static_cast<int>(endpoints.size()); ++r) {
+    if (r == rank) continue;
+    std::istringstream in(endpoints[r]);
+    Probe p{r, ""};
+    int port = 0;
+    sockaddr_storage sa{};
+    socklen_t length = 0;
+    if (!(in >> p.address >> port) || !to_sockaddr(p.address, port, sa, length)) continue;
+    p.fd = socket(sa.ss_family, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
+    if (p.fd < 0) continue;
+    if (connect(p.fd, reinterpret_cast<sockaddr*>(&sa), length) == 0)
+      p.error = 0;
+    else
+      p.error = errno;
+    probes.push_back(p);
+  }
+  auto deadline = std::chrono::steady_clock::now() + std::chrono::duration<double>(timeout_seconds);
+  while (true) {
+    std::vector<pollfd> fds;
+    std::vector<Probe*> pending;
+    for (auto& p : probes)
+      if (p.error == EINPROGRESS) {
+        fds.push_back({p.fd, POLLOUT, 0});
+        pending.push_back(&p);
+      }
+    auto left = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - std::chrono::steady_clock::now());
+    if (fds.empty() || left.count() <= 0) break;
+    if (poll(fds.data(), fds.size(), static_cast<int>(left.count())) <= 0) continue;
+    for (size_t i = 0; i < fds.size(); ++i) {
+      if (fds[i].revents == 0) continue;
+      int error = 0;
+      socklen_t size = sizeof(error);
+      getsockopt(fds[i].fd, SOL_SOCKET, SO_ERROR, &error, &size);
+      pending[i]->error = error;
+    }
+  }
+  std::string note = fmt::format("failed {}\n", rank);
+  for (auto& p : probes) {
+    if (p.error == 0) {
+      ssize_t written = write(p.fd, note.data(), note.size());
+      (void)written;  // a peer that cannot take the note is alive all the same
+    }
+    close(p.fd);
+  }
+  // Peers that failed and told us so before they exited are not lost.
+  collect(0);
+  std::vector<int> gone, unreachable;
+  std::set<std::string> gone_at, unreachable_at;
+  std::lock_guard<std::mutex> lock(mutex_);
+  for (const auto& p : probes) {
+    if (p.error == 0 || failed_.count(p.rank)) continue;
+    bool refused = p.error == ECONNREFUSED;
+    (refused ? gone : unreachable).push_back(p.rank);
+    (refused ? gone_at : unreachable_at).insert(p.address);
+  }
+  std::string out;
+  if (!gone.empty())
+    out = fmt::format("{} {} {} gone ({} refused the connection)", gone.size() > 1 ? "ranks" : "rank", list(gone),
+                      gone.size() > 1 ? "are" : "is", list(gone_at));
+  if (!unreachable.empty())
+    out += fmt::format("{}{} {} {} unreachable (no answer from {} within {:g} s)", out.empty() ? "" : "; ",
+                       unreachable.size() > 1 ? "ranks" : "rank", list(unreachable),
+                       unreachable.size() > 1 ? "are" : "is", list(unreachable_at), timeout_seconds);
+  return out;
+}
+
+}  // namespace fairseq_cpp::distributed

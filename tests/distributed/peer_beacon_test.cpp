@@ -1,0 +1,70 @@
+// Naming the lost ranks after a failed collective: beacons on loopback, one per simulated rank.
+#include "fairseq_cpp/distributed/peer_beacon.h"
+
+#include <gtest/gtest.h>
+
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <memory>
+
+#include <fmt/format.h>
+
+namespace fairseq_cpp::distributed {
+namespace {
+
+TEST(PeerBeacon, AnsweringRanksAreNotLostAndAClosedOneIsGone) {
+  std::vector<std::unique_ptr<PeerBeacon>> beacons;
+  std::vector<std::string> endpoints;
+  for (int r = 0; r < 4; ++r) {
+    beacons.push_back(std::make_unique<PeerBeacon>("127.0.0.1"));
+    endpoints.push_back(beacons.back()->endpoint());
+  }
+  EXPECT_EQ(beacons[0]->lost_peers(0, endpoints, 1.0), "");
+  beacons[2].reset();  // rank 2's process is gone: its port refuses
+  beacons[3].reset();
+  EXPECT_EQ(beacons[0]->lost_peers(0, endpoints, 1.0), "ranks 2, 3 are gone (127.0.0.1 refused the connection)");
+}
+
+TEST(PeerBeacon, ARankThatToldUsItFailedIsNotLostAfterItExits) {
+  // Rank 1 fails first, tells rank 0, and exits; rank 0 then sees rank 1 close its sockets, but
+  // only rank 2 is lost.
+  std::vector<std::unique_ptr<PeerBeacon>> beacons;
+  std::vector<std::string> endpoints;
+  for (int r = 0; r < 3; ++r) {
+    beacons.push_back(std::make_unique<PeerBeacon>("127.0.0.1"));
+    endpoints.push_back(beacons.back()->endpoint());
+  }
+  beacons[2].reset();
+  EXPECT_EQ(beacons[1]->lost_peers(1, endpoints, 1.0), "rank 2 is gone (127.0.0.1 refused the connection)");
+  beacons[1].reset();
+  EXPECT_EQ(beacons[0]->lost_peers(0, endpoints, 1.0), "rank 2 is gone (127.0.0.1 refused the connection)");
+}
+
+TEST(PeerBeacon, AHostThatDoesNotAnswerIsUnreachable) {
+  // A port whose accept queue is full drops new connects unanswered, as a cut link does.
+  int full = socket(AF_INET, SOCK_STREAM, 0);
+  sockaddr_in sa{};
+  sa.sin_family = AF_INET;
+  sa.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  socklen_t length = sizeof(sa);
+  ASSERT_EQ(bind(full, reinterpret_cast<sockaddr*>(&sa), sizeof(sa)), 0);
+  ASSERT_EQ(listen(full, 0), 0);
+  ASSERT_EQ(getsockname(full, reinterpret_cast<sockaddr*>(&sa), &length), 0);
+  std::vector<int> fillers;
+  for (int i = 0; i < 4; ++i) {
+    fillers.push_back(socket(AF_INET, SOCK_STREAM | SOCK_NONBLOCK, 0));
+    connect(fillers.back(), reinterpret_cast<sockaddr*>(&sa), sizeof(sa));
+  }
+  usleep(100000);
+  PeerBeacon mine("127.0.0.1");
+  std::vector<std::string> endpoints{mine.endpoint(), fmt::format("127.0.0.1 {}", ntohs(sa.sin_port))};
+  EXPECT_EQ(mine.lost_peers(0, endpoints, 0.5), "rank 1 is unreachable (no answer from 127.0.0.1 within 0.5 s)");
+  for (int fd : fillers) close(fd);
+  close(full);
+}
+
+}  // namespace
+}  // namespace fairseq_cpp::distributed

@@ -5,6 +5,7 @@
 #include <functional>
 #include <type_traits>
 
+#include <torch/csrc/autograd/variable.h>
 #include <torch/torch.h>
 
 #include "fairseq_cpp/core/errors.h"
@@ -79,6 +80,7 @@ class Adam : public Optimizer {
       const double step_size = lr_ * std::sqrt(bias_correction2) / bias_correction1;
       if (weight_decay_ != 0) flat_params_.add_(flat_params_, -weight_decay_ * lr_);
       flat_params_.addcdiv_(flat_exp_avg_, denom, -step_size);
+      written_through_flat_buffer();
       return;
     }
     for (size_t i = 0; i < params_.size(); ++i) {
@@ -270,6 +272,13 @@ bool Optimizer::flat() const {
       return false;
   }
   return true;
+}
+
+void Optimizer::written_through_flat_buffer() {
+  // A parameter keeps its own version counter after set_data, so a write through the flat buffer
+  // does not move it: what caches a weight by its version (nn::scoped_linear's packed weights in
+  // generation) would keep the old values.
+  for (const auto& p : params_) torch::autograd::impl::bump_version(p);
 }
 
 at::Tensor Optimizer::flatten_state(std::vector<at::Tensor>& state) const {

@@ -72,6 +72,9 @@ class Optimizer {
   at::Tensor flatten_state(std::vector<at::Tensor>& state) const;
   // Called by flatten() once the parameters are flat: move the optimizer's own state.
   virtual void on_flatten() {}
+  // After writing the weights through flat_params_: moves every parameter's version counter, as a
+  // write through the parameter itself would.
+  void written_through_flat_buffer();
 
   std::vector<at::Tensor> params_;
   double lr_;

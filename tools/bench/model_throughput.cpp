@@ -14,19 +14,11 @@
 
 #include "fairseq_cpp/criterions/cross_entropy.h"
 #include "fairseq_cpp/models/transformer.h"
+#include "tools/bench/multi30k_model.h"
 
 using namespace fairseq_cpp;
 
-namespace {
-
-int64_t flag(int argc, char** argv, const std::string& name, int64_t fallback) {
-  for (int i = 1; i + 1 < argc; ++i) {
-    if (argv[i] == name) return std::stoll(argv[i + 1]);
-  }
-  return fallback;
-}
-
-}  // namespace
+using bench::flag;
 
 int main(int argc, char** argv) {
   const int64_t threads = flag(argc, argv, "--threads", 2);
@@ -35,18 +27,8 @@ int main(int argc, char** argv) {
   const int64_t src_len = flag(argc, argv, "--src-len", 32);
   const int64_t tgt_len = flag(argc, argv, "--tgt-len", 32);
   at::set_num_threads(static_cast<int>(threads));
-  torch::manual_seed(0);
-
-  config::ModelConfig m;
-  m.encoder_layers = 3;
-  m.decoder_layers = 3;
-  m.encoder_embed_dim = 256;
-  m.encoder_ffn_embed_dim = 1024;
-  m.encoder_attention_heads = 4;
-  m.decoder_attention_heads = 4;
-  m.share_all_embeddings = true;
-  models::TransformerModel model(models::resolve_transformer_options(m, config::TaskConfig{}),
-                                 models::Vocabularies{8000, 8000, 1, true});
+  auto model_ptr = bench::multi30k_model();
+  models::TransformerModel& model = *model_ptr;
   model.train();
   criterions::CriterionOptions co;
   co.name = "label_smoothed_cross_entropy";

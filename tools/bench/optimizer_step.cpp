@@ -17,33 +17,13 @@
 #include "fairseq_cpp/criterions/cross_entropy.h"
 #include "fairseq_cpp/models/transformer.h"
 #include "fairseq_cpp/optim/optimizer.h"
+#include "tools/bench/multi30k_model.h"
 
 using namespace fairseq_cpp;
 
 namespace {
 
-int64_t flag(int argc, char** argv, const std::string& name, int64_t fallback) {
-  for (int i = 1; i + 1 < argc; ++i) {
-    if (argv[i] == name) return std::stoll(argv[i + 1]);
-  }
-  return fallback;
-}
-
 std::atomic<int64_t> g_ops{0};
-
-std::shared_ptr<models::TransformerModel> make_model() {
-  torch::manual_seed(0);
-  config::ModelConfig m;
-  m.encoder_layers = 3;
-  m.decoder_layers = 3;
-  m.encoder_embed_dim = 256;
-  m.encoder_ffn_embed_dim = 1024;
-  m.encoder_attention_heads = 4;
-  m.decoder_attention_heads = 4;
-  m.share_all_embeddings = true;
-  return std::make_shared<models::TransformerModel>(models::resolve_transformer_options(m, config::TaskConfig{}),
-                                                    models::Vocabularies{8000, 8000, 1, true});
-}
 
 struct Measured {
   int64_t ops = 0;     // ATen ops of one step + zero_grad + clip
@@ -51,7 +31,7 @@ struct Measured {
 };
 
 Measured measure(bool flat, int64_t iters) {
-  auto model = make_model();
+  auto model = bench::multi30k_model();
   auto params = models::unique_parameters(*model);
   optim::OptimizerOptions o;
   o.name = "adam";
@@ -89,8 +69,8 @@ Measured measure(bool flat, int64_t iters) {
 }  // namespace
 
 int main(int argc, char** argv) {
-  const int64_t threads = flag(argc, argv, "--threads", 2);
-  const int64_t iters = flag(argc, argv, "--iters", 20);
+  const int64_t threads = bench::flag(argc, argv, "--threads", 2);
+  const int64_t iters = bench::flag(argc, argv, "--iters", 20);
   at::set_num_threads(static_cast<int>(threads));
   at::addGlobalCallback(at::RecordFunctionCallback(
       [](const at::RecordFunction&) -> std::unique_ptr<at::ObserverContext> {
@@ -101,7 +81,7 @@ int main(int argc, char** argv) {
   const Measured loose = measure(false, iters), flat = measure(true, iters);
 
   // One forward+backward of a 4096-target-token batch, for the share of an update.
-  auto model = make_model();
+  auto model = bench::multi30k_model();
   model->train();
   criterions::CriterionOptions co;
   co.name = "label_smoothed_cross_entropy";

@@ -1,0 +1,38 @@
+#pragma once
+// What the model benchmarks share: their `--name value` integer flags, and the Multi30k model of
+// the fairseq v0.9 reference run (3+3 layers, d 256, ffn 1024, 4 heads, shared 8000-word vocabulary).
+
+#include <cstdint>
+#include <memory>
+#include <string>
+
+#include <torch/torch.h>
+
+#include "fairseq_cpp/models/transformer.h"
+
+namespace fairseq_cpp::bench {
+
+// The value after `name` on the command line, or `fallback`.
+inline int64_t flag(int argc, char** argv, const std::string& name, int64_t fallback) {
+  for (int i = 1; i + 1 < argc; ++i) {
+    if (argv[i] == name) return std::stoll(argv[i + 1]);
+  }
+  return fallback;
+}
+
+// The model, initialized from seed 0.
+inline std::shared_ptr<models::TransformerModel> multi30k_model() {
+  torch::manual_seed(0);
+  config::ModelConfig m;
+  m.encoder_layers = 3;
+  m.decoder_layers = 3;
+  m.encoder_embed_dim = 256;
+  m.encoder_ffn_embed_dim = 1024;
+  m.encoder_attention_heads = 4;
+  m.decoder_attention_heads = 4;
+  m.share_all_embeddings = true;
+  return std::make_shared<models::TransformerModel>(models::resolve_transformer_options(m, config::TaskConfig{}),
+                                                    models::Vocabularies{8000, 8000, 1, true});
+}
+
+}  // namespace fairseq_cpp::bench

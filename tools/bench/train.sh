@@ -24,7 +24,7 @@ time_of() {
   wall=$(sed -n 's/.*Elapsed (wall clock) time (h:mm:ss or m:ss): //p' "$1")
   rss=$(sed -n 's/.*Maximum resident set size (kbytes): //p' "$1")
   awk -v w="$wall" -v k="$rss" 'BEGIN { n = split(w, p, ":"); s = 0; for (i = 1; i <= n; i++) s = s * 60 + p[i];
-    printf "%.1f %.2f", s, k / 1048576 }'
+    printf "%.1f %.2f\n", s, k / 1048576 }'
 }
 
 rows=()   # "name|words/s|seconds|GiB"

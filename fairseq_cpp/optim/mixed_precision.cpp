@@ -42,6 +42,11 @@ c10::ScalarType autocast_dtype(c10::DeviceType device) {
 
 }  // namespace
 
+Precision precision_of(const config::CommonConfig& common) {
+  if (common.bf16) return Precision::kBFloat16;
+  return common.fp16 ? Precision::kFloat16 : Precision::kFloat32;
+}
+
 std::string precision_name(Precision precision) {
   switch (precision) {
     case Precision::kBFloat16:

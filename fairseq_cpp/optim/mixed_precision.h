@@ -15,6 +15,8 @@
 
 #include <string>
 
+#include "fairseq_cpp/config/sections.h"
+
 namespace fairseq_cpp::optim {
 
 enum class Precision {
@@ -22,6 +24,9 @@ enum class Precision {
   kBFloat16,  // autocast to bfloat16 (common.bf16)
   kFloat16,   // autocast to float16 on CUDA (common.fp16, with a loss scaler); float32 arithmetic on the CPU
 };
+
+// The precision `common.bf16` / `common.fp16` ask for.
+Precision precision_of(const config::CommonConfig& common);
 
 // "fp32" / "bf16" / "fp16", as the start-up line names it.
 std::string precision_name(Precision precision);

@@ -277,9 +277,7 @@ int train_translation(const config::Config& cfg, distributed::Gang& gang) {
   trainer_options.max_nonfinite = optimization.max_nonfinite;
   trainer_options.check_interval = cfg.distributed_training.check_interval;
   trainer_options.bucket_cap_mb = static_cast<double>(cfg.distributed_training.bucket_cap_mb);
-  trainer_options.precision = cfg.common.bf16   ? optim::Precision::kBFloat16
-                              : cfg.common.fp16 ? optim::Precision::kFloat16
-                                                : optim::Precision::kFloat32;
+  trainer_options.precision = optim::precision_of(cfg.common);
   if (cfg.common.fp16) {
     // fairseq's FP16Optimizer: the window defaults to 2^14 / (data-parallel size * update_freq).
     const auto& common = cfg.common;
@@ -392,7 +390,7 @@ int train_translation(const config::Config& cfg, distributed::Gang& gang) {
   auto validate = [&](int64_t epoch) -> std::optional<Validation> {
     if (valid_sets.empty() || trainer.num_updates() < cfg.dataset.validate_after_updates) return std::nullopt;
     std::optional<trainer::EmaWeights> ema_weights;  // the model holds the EMA until validation ends
-    if (cfg.ema.validate_with_ema) ema_weights.emplace(*trainer.ema(), trainer.model());
+    if (cfg.ema.validate_with_ema) ema_weights.emplace(*trainer.ema());
     std::optional<Validation> first;
     for (const auto& [name, set] : valid_sets) {
       data::SizeFilterOptions vf = filter;

@@ -99,10 +99,7 @@ std::vector<SubsetLoss> validate(const config::Config& cli) {
       models::DecoderFeatures decoded;
       {
         // --bf16/--fp16: the forward pass as the trainer's valid_step runs it; the loss in float32.
-        optim::AutocastScope autocast(cli.common.bf16   ? optim::Precision::kBFloat16
-                                      : cli.common.fp16 ? optim::Precision::kFloat16
-                                                        : optim::Precision::kFloat32,
-                                      device.type());
+        optim::AutocastScope autocast(optim::precision_of(cli.common), device.type());
         decoded = loaded.model->forward_features(batch.src_tokens.to(device), batch.src_lengths.to(device),
                                                  batch.prev_output_tokens.to(device));
       }

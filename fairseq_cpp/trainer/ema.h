@@ -6,8 +6,8 @@
 // equals the model whatever the decay), unless it was restored from a checkpoint or seed first.
 //
 //   Ema ema({0.999, 0, 1}, model);
-//   ema.step(model, trainer.num_updates());  // after each update
-//   { EmaWeights swap(ema, model); validate(model); }  // the model holds the shadow in this scope
+//   ema.step(trainer.num_updates());  // after each update
+//   { EmaWeights swap(ema); validate(model); }  // the model holds the shadow in this scope
 
 #include <cstdint>
 #include <string>
@@ -29,12 +29,13 @@ struct EmaOptions {
 
 class Ema {
  public:
-  // Binds to `model`'s parameters and buffers by name; a tensor shared by several names has one
+  // Binds to `model`'s parameters and buffers by name (the tensors themselves: rebinding their
+  // storage, as Optimizer::flatten does, keeps them); a tensor shared by several names has one
   // shadow. Nothing is copied until the first step() or restore().
   Ema(const EmaOptions& options, const torch::nn::Module& model);
 
-  // After update `num_updates` (counted from 1) of `model`.
-  void step(const torch::nn::Module& model, int64_t num_updates);
+  // After update `num_updates` (counted from 1) of the model.
+  void step(int64_t num_updates);
   // The decay of the last step (0 before start_update, as fairseq logs `ema_decay`).
   double decay() const { return decay_; }
   // Updates since the last EMA step (fairseq's update_freq_counter; saved for an exact resume).
@@ -42,7 +43,7 @@ class Ema {
 
   // The shadow by fairseq's state-dict names, on the CPU (a checkpoint's extra_state["ema"]);
   // before the first step, the model's own values.
-  checkpoint::TensorDict state(const torch::nn::Module& model) const;
+  checkpoint::TensorDict state() const;
   // Sets the shadow from `state` (every name, same shapes) and the counter. Throws DataError
   // naming `origin` when a name is missing or has another shape.
   void restore(const checkpoint::TensorDict& state, int64_t counter, const std::string& origin);
@@ -52,24 +53,23 @@ class Ema {
  private:
   friend class EmaWeights;
   // Copies the model's current values into a new float32 shadow.
-  void initialize(const torch::nn::Module& model);
+  void initialize();
 
   EmaOptions options_;
-  std::vector<std::string> names_;            // every parameter and buffer name, in the model's order
-  std::vector<size_t> slot_;                  // names_[i]'s index into shadow_ (shared tensors share one)
-  std::vector<std::string> owners_;           // shadow_[j]'s first name
-  std::vector<std::vector<int64_t>> shapes_;  // shadow_[j]'s shape
-  c10::Device device_ = c10::kCPU;            // the model's device
-  std::vector<at::Tensor> shadow_;            // float32, on the model's device
+  std::vector<std::string> names_;   // every parameter and buffer name, in the model's order
+  std::vector<size_t> slot_;         // names_[i]'s index into shadow_ (shared tensors share one)
+  std::vector<std::string> owners_;  // shadow_[j]'s first name
+  std::vector<at::Tensor> sources_;  // shadow_[j]'s tensor of the model
+  std::vector<at::Tensor> shadow_;   // float32, on the model's device
   double decay_ = 0.0;
   int64_t counter_ = 0;
 };
 
-// In its scope `model` holds the EMA shadow instead of its own weights (no copy: the tensors'
+// In its scope the EMA's model holds the shadow instead of its own weights (no copy: the tensors'
 // storages are exchanged, and exchanged back at the end of the scope).
 class EmaWeights {
  public:
-  EmaWeights(Ema& ema, torch::nn::Module& model);
+  explicit EmaWeights(Ema& ema);
   ~EmaWeights();
   EmaWeights(const EmaWeights&) = delete;
   EmaWeights& operator=(const EmaWeights&) = delete;
@@ -78,7 +78,7 @@ class EmaWeights {
   void exchange();
 
   Ema& ema_;
-  std::vector<at::Tensor> targets_;  // the model's tensor of each shadow slot
+  bool exchanged_ = false;
 };
 
 }  // namespace fairseq_cpp::trainer

@@ -169,7 +169,7 @@ StepStats Trainer::train_step(const std::vector<data::Batch>& samples) {
   }
   ++num_updates_;
   optimizer_->set_lr(lr_scheduler_->step_update(num_updates_));
-  if (ema_) ema_->step(*model_, num_updates_);  // the same weights on every rank: the same shadow
+  if (ema_) ema_->step(num_updates_);  // the same weights on every rank: the same shadow
   if (options_.check_interval > 0 && num_updates_ % options_.check_interval == 0 && gang_.size() > 1)
     check_parameters_agree();
   return stats;

@@ -60,7 +60,7 @@ checkpoint::StateDict make_checkpoint(Trainer& trainer, const TrainingState& sta
     extra.insert("loss_scaler", d);
   }
   if (Ema* ema = trainer.ema()) {
-    extra.insert("ema", ema->state(trainer.model()));  // fairseq's key: its load_ema_from_checkpoint reads it
+    extra.insert("ema", ema->state());  // fairseq's key: its load_ema_from_checkpoint reads it
     extra.insert("ema_update_counter", ema->counter());
   }
   ckpt.insert("extra_state", extra);

@@ -38,7 +38,7 @@ class ScriptedModel : public models::EncoderDecoderModel {
     const int64_t bsz = src_tokens.size(0);
     width_ = src_tokens.size(1);
     // (B) sentence numbers -> (B, 1, 1) "states"
-    return {torch::arange(bsz, torch::kFloat32).view({bsz, 1, 1}), torch::zeros({bsz, 1}, torch::kBool), at::Tensor()};
+    return {torch::arange(bsz, torch::kFloat32).view({bsz, 1, 1}), torch::zeros({bsz, 1}, torch::kBool), at::Tensor(), {}};
   }
   at::Tensor decode(const at::Tensor&, const models::EncoderOut&) override { return {}; }
   at::Tensor decode_step(const at::Tensor& prev, const models::EncoderOut& encoder_out,

@@ -350,7 +350,7 @@ TEST(Ema, FollowsItsClosedFormOverUpdates) {
     }
     p.erase(p.begin());
     auto w = [&](int n, const std::string& name) { return p[static_cast<size_t>(n - 1)].at(name); };
-    expect_ema(trainer->ema()->state(*model), p, [&](const std::string& name) {
+    expect_ema(trainer->ema()->state(), p, [&](const std::string& name) {
       if (variant == 0)  // updates 1, 2 copy; 3, 4, 5 decay
         return d * d * d * w(2, name) + (1 - d) * (d * d * w(3, name) + d * w(4, name) + w(5, name));
       // the shadow starts as p1; steps at updates 2, 4, 6
@@ -358,7 +358,7 @@ TEST(Ema, FollowsItsClosedFormOverUpdates) {
     });
     EXPECT_EQ(trainer->ema()->counter(), 0);
     // The shared embedding has one shadow under both of its names.
-    auto state = trainer->ema()->state(*model);
+    auto state = trainer->ema()->state();
     EXPECT_TRUE(torch::equal(state.at("encoder.embed_tokens.weight"), state.at("decoder.embed_tokens.weight")));
   }
 }
@@ -368,7 +368,7 @@ TEST(Ema, RestoresAndRefusesAnotherModelsWeights) {
   distributed::FakeGang one;
   auto trainer = make_trainer(model, one, 0, EmaOptions{0.5, 0, 3});
   for (int n = 1; n <= 4; ++n) trainer->train_step({make_batch(4, 950 + n)});
-  checkpoint::TensorDict saved = trainer->ema()->state(*model);
+  checkpoint::TensorDict saved = trainer->ema()->state();
   EXPECT_EQ(trainer->ema()->counter(), 1);  // a step at update 3, one update since
 
   Ema copy(EmaOptions{0.5, 0, 3}, *model);
@@ -376,16 +376,16 @@ TEST(Ema, RestoresAndRefusesAnotherModelsWeights) {
   copy.restore(saved, 1, "saved.pt");
   EXPECT_TRUE(copy.initialized());
   EXPECT_EQ(copy.counter(), 1);
-  for (const auto& item : copy.state(*model)) EXPECT_TRUE(torch::equal(item.value(), saved.at(item.key()))) << item.key();
+  for (const auto& item : copy.state()) EXPECT_TRUE(torch::equal(item.value(), saved.at(item.key()))) << item.key();
   // Both step the same way from here.
   trainer->train_step({make_batch(4, 960)});
-  copy.step(*model, 5);
+  copy.step(5);
   EXPECT_EQ(copy.counter(), 2);
-  for (const auto& item : copy.state(*model))
-    EXPECT_TRUE(torch::equal(item.value(), trainer->ema()->state(*model).at(item.key()))) << item.key();
+  for (const auto& item : copy.state())
+    EXPECT_TRUE(torch::equal(item.value(), trainer->ema()->state().at(item.key()))) << item.key();
 
   checkpoint::TensorDict missing = saved.copy();
-  missing.erase("decoder.layers.0.fc1.weight");
+  (void)missing.erase("decoder.layers.0.fc1.weight");
   try {
     copy.restore(missing, 0, "other.pt");
     FAIL() << "a missing EMA weight must be refused";
@@ -406,23 +406,23 @@ TEST(Ema, EmaWeightsHoldsTheShadowInItsScopeOnly) {
   {
     // Before any update there is no shadow: the model keeps its weights.
     auto before = snapshot(*model);
-    EmaWeights swap(*trainer->ema(), *model);
+    EmaWeights swap(*trainer->ema());
     for (const auto& [name, t] : snapshot(*model)) EXPECT_TRUE(torch::equal(t, before.at(name))) << name;
   }
   for (int n = 1; n <= 3; ++n) trainer->train_step({make_batch(4, 970 + n)});
   auto own = snapshot(*model);
-  checkpoint::TensorDict shadow = trainer->ema()->state(*model);
+  checkpoint::TensorDict shadow = trainer->ema()->state();
   const data::Batch valid = make_batch(5, 999);
   criterions::LossStats with_own = trainer->valid_step(valid);
   criterions::LossStats with_ema;
   {
-    EmaWeights swap(*trainer->ema(), *model);
+    EmaWeights swap(*trainer->ema());
     for (const auto& [name, t] : snapshot(*model))
       EXPECT_TRUE(torch::equal(t, shadow.at(name).to(at::kDouble))) << name;
     with_ema = trainer->valid_step(valid);
   }
   for (const auto& [name, t] : snapshot(*model)) EXPECT_TRUE(torch::equal(t, own.at(name))) << name;
-  for (const auto& item : trainer->ema()->state(*model))
+  for (const auto& item : trainer->ema()->state())
     EXPECT_TRUE(torch::equal(item.value(), shadow.at(item.key()))) << item.key();
   // The same loss as a model that was given the shadow's weights.
   auto other = make_model();

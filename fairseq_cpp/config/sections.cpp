@@ -36,6 +36,12 @@ void describe(CommonConfig& c, Section& s) {
       .in_range(0, 1);
   s.add("min_loss_scale", &c.min_loss_scale, "stop training when the fp16 loss scale falls below this").at_least(0);
   s.add("threshold_loss_scale", &c.threshold_loss_scale, "never lower the fp16 loss scale below this").greater_than(0);
+  s.add("fp16_fallback", &c.fp16_fallback,
+        "where the fp16 loss scale would reach min_loss_scale, redo that update and run the next "
+        "fp16_fallback_updates in this precision, then return to fp16 with a fresh scale (empty = stop, as fairseq)")
+      .one_of({"", "bf16", "fp32"});
+  s.add("fp16_fallback_updates", &c.fp16_fallback_updates, "updates run in common.fp16_fallback's precision")
+      .greater_than(0);
 }
 
 void describe(CommonEvalConfig& c, Section& s) {
@@ -65,10 +71,10 @@ void describe(DistributedTrainingConfig& c, Section& s) {
   s.add("timeout", &c.timeout, "collective and rendezvous timeout in seconds").greater_than(0);
   s.add("check_interval", &c.check_interval, "updates between cross-rank parameter checksum checks (0 = off)")
       .at_least(0);
-  s.add("ddp_backend", &c.ddp_backend, "fairseq's DistributedDataParallel implementation")
-      .one_of({"c10d", "pytorch_ddp", "no_c10d", "legacy_ddp"})
-      .same_for_every_value(
-          "every choice averages the same gradients here: fairseq-cpp all-reduces its own gradient buckets");
+  s.add("ddp_backend", &c.ddp_backend,
+        "fairseq's DistributedDataParallel implementation: c10d / pytorch_ddp all-reduce each gradient bucket "
+        "during backward, as soon as it is ready; no_c10d / legacy_ddp after backward (the same sums either way)")
+      .one_of({"c10d", "pytorch_ddp", "no_c10d", "legacy_ddp"});
   s.add("socket_ifname", &c.socket_ifname,
         "network interface(s) for Gloo, comma-separated (empty = GLOO_SOCKET_IFNAME, else the one that routes to the "
         "master)");
@@ -424,6 +430,10 @@ void check_consistency(const Config& cfg, std::vector<std::string>& errors) {
   if (cfg.common.fp16 && cfg.common.bf16) {
     errors.push_back("`common.bf16` must be false when `common.fp16` is true, but is " + str(cfg.common.bf16) +
                      " instead.");
+  }
+  if (!cfg.common.fp16 && !cfg.common.fp16_fallback.empty()) {
+    errors.push_back("`common.fp16` must be true when `common.fp16_fallback` is set (to " + cfg.common.fp16_fallback +
+                     "), but is false instead.");
   }
   if (cfg.criterion._name == "cross_entropy" && cfg.criterion.label_smoothing > 0) {
     errors.push_back(

@@ -40,6 +40,11 @@ struct CommonConfig {
   double fp16_scale_tolerance = 0.0;           // fraction of overflowing updates tolerated before halving
   double min_loss_scale = 1e-4;                // stop training when the loss scale falls below this
   std::optional<double> threshold_loss_scale;  // never lower the loss scale below this; unset = no floor
+  // Beyond fairseq: where the loss scale would reach min_loss_scale, run the next
+  // fp16_fallback_updates updates in this precision ("bf16" or "fp32") instead of stopping, then go
+  // back to fp16 with a fresh scale; empty = stop as fairseq does.
+  std::string fp16_fallback;
+  int64_t fp16_fallback_updates = 1000;
 };
 void describe(CommonConfig& c, Section& s);
 

@@ -6,7 +6,8 @@
 //   all_sum(*gang, grad_bucket);                                         // in place, every rank
 //   if (any_flag(*gang, out_of_memory)) skip_update();                   // decided together
 //
-// Collectives are blocking. Every failure (a peer gone, a timeout) throws GangError naming the
+// Collectives are blocking, except start_all_sum's, which run while the caller goes on (gradient
+// buckets during backward) until their wait(). Every failure (a peer gone, a timeout) throws GangError naming the
 // operation and the rank; no rank waits forever.
 
 #include <memory>
@@ -29,6 +30,14 @@ class GangError : public OperationalError {
   using OperationalError::OperationalError;
 };
 
+// A collective started by Gang::start_all_sum, in flight until wait() returns.
+class PendingCollective {
+ public:
+  virtual ~PendingCollective() = default;
+  // Returns when the collective is done; throws GangError as the blocking collective would.
+  virtual void wait() = 0;
+};
+
 class Gang {
  public:
   virtual ~Gang() = default;
@@ -45,6 +54,11 @@ class Gang {
   virtual void broadcast(at::Tensor& tensor, int root) = 0;
   // Returns when every rank has called it.
   virtual void barrier() = 0;
+  // Starts summing `tensor` across the gang in place and returns at once; `tensor` is not to be
+  // touched until the returned collective's wait(). Every rank starts its collectives in the same
+  // order. `what` names it in an error ("all-reduce of gradient bucket 3 of 7 at update 12"). The
+  // default runs it at once (a gang without asynchronous collectives).
+  virtual std::unique_ptr<PendingCollective> start_all_sum(at::Tensor& tensor, const std::string& what);
   // A gang of `ranks` (ranks of this gang, increasing). Every rank of this gang must call it with
   // the same list; ranks outside the list get nullptr.
   virtual std::shared_ptr<Gang> create_gang(const std::vector<int>& ranks) = 0;

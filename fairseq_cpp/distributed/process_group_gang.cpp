@@ -123,6 +123,18 @@ class ProcessGroupGang : public Gang {
     run("barrier", [&] { return backend_->allreduce(tensors); });
   }
 
+  std::unique_ptr<PendingCollective> start_all_sum(at::Tensor& tensor, const std::string& what) override {
+    check_device("all_reduce", tensor);
+    std::vector<at::Tensor> tensors{tensor};
+    c10::intrusive_ptr<c10d::Work> work;
+    try {
+      work = backend_->allreduce(tensors, c10d::AllreduceOptions{});
+    } catch (const c10::Error& e) {
+      fail(what, core::torch_message(e.what_without_backtrace()));
+    }
+    return std::make_unique<Pending>(*this, std::move(work), what);
+  }
+
   std::shared_ptr<Gang> create_gang(const std::vector<int>& ranks) override {
     check_gang_ranks(ranks, size_);
     std::string name = fmt::format("{}/{}", name_, next_group_++);  // same on every rank: all call in order
@@ -184,9 +196,30 @@ class ProcessGroupGang : public Gang {
     } catch (const std::exception& e) {
       message = e.what();
     }
+    fail(op, message);
+  }
+
+  [[noreturn]] void fail(const std::string& op, const std::string& message) {
     std::string lost = lost_peers();
     raise<GangError>("{} failed on rank {} of {} (group `{}`): {}{}", op, rank_, size_, name_, message, lost);
   }
+
+  // An all-reduce in flight; its wait() fails as run() does, within the gang's timeout.
+  class Pending : public PendingCollective {
+   public:
+    Pending(ProcessGroupGang& gang, c10::intrusive_ptr<c10d::Work> work, std::string what)
+        : gang_(gang), work_(std::move(work)), what_(std::move(what)) {}
+    void wait() override {
+      if (!work_) return;
+      auto work = std::move(work_);
+      gang_.run(what_, [&] { return work; });
+    }
+
+   private:
+    ProcessGroupGang& gang_;
+    c10::intrusive_ptr<c10d::Work> work_;
+    std::string what_;
+  };
 
   c10::intrusive_ptr<c10d::Store> store_;  // the job's TCPStore; sub-gangs use prefixes of it
   std::string name_;

@@ -44,6 +44,12 @@ class DynamicLossScaler {
   // OperationalError ("Minimum loss scale reached ...") when the scale would reach min_loss_scale;
   // the scale then stays as it was.
   void overflow();
+  // overflow() without the throw: false, and nothing changed, where the scale would reach
+  // min_loss_scale (the caller then stops or falls back to another precision).
+  bool try_overflow();
+  // A fresh scaler: init_scale, no update seen (after a spell in another precision).
+  void reset() { state_ = LossScalerState{options_.init_scale}; }
+  double min_loss_scale() const { return options_.min_loss_scale; }
 
   const LossScalerState& state() const { return state_; }
   void load_state(const LossScalerState& state) { state_ = state; }

@@ -277,6 +277,9 @@ int train_translation(const config::Config& cfg, distributed::Gang& gang) {
   trainer_options.max_nonfinite = optimization.max_nonfinite;
   trainer_options.check_interval = cfg.distributed_training.check_interval;
   trainer_options.bucket_cap_mb = static_cast<double>(cfg.distributed_training.bucket_cap_mb);
+  // fairseq's DDP backends: c10d / pytorch_ddp overlap the all-reduce with backward, the legacy one does not.
+  const std::string& ddp = cfg.distributed_training.ddp_backend;
+  trainer_options.overlap_all_reduce = ddp == "c10d" || ddp == "pytorch_ddp";
   trainer_options.precision = optim::precision_of(cfg.common);
   if (cfg.common.fp16) {
     // fairseq's FP16Optimizer: the window defaults to 2^14 / (data-parallel size * update_freq).
@@ -292,6 +295,11 @@ int train_translation(const config::Config& cfg, distributed::Gang& gang) {
     scaler.threshold = common.threshold_loss_scale;
     scaler.min_loss_scale = common.min_loss_scale;
     trainer_options.loss_scaler = scaler;
+    if (!common.fp16_fallback.empty()) {
+      trainer_options.fp16_fallback =
+          common.fp16_fallback == "bf16" ? optim::Precision::kBFloat16 : optim::Precision::kFloat32;
+      trainer_options.fp16_fallback_updates = common.fp16_fallback_updates;
+    }
   }
   if (cfg.ema.store_ema)
     trainer_options.ema = trainer::EmaOptions{cfg.ema.ema_decay, cfg.ema.ema_start_update, cfg.ema.ema_update_freq};
@@ -312,8 +320,12 @@ int train_translation(const config::Config& cfg, distributed::Gang& gang) {
                 ? "fp16 (autocast, dynamic loss scaler; float32 weights, gradients and optimizer state)"
                 : "fp16 (dynamic loss scaler; the CPU computes in float32)");
   if (trainer.loss_scaler())
-    log::info("train", "loss scaler: scale {}, window {}, tolerance {}, minimum {}", cfg.common.fp16_init_scale,
-              trainer_options.loss_scaler->scale_window, cfg.common.fp16_scale_tolerance, cfg.common.min_loss_scale);
+    log::info("train", "loss scaler: scale {}, window {}, tolerance {}, minimum {}{}", cfg.common.fp16_init_scale,
+              trainer_options.loss_scaler->scale_window, cfg.common.fp16_scale_tolerance, cfg.common.min_loss_scale,
+              cfg.common.fp16_fallback.empty()
+                  ? std::string()
+                  : fmt::format("; at the minimum, {} updates in {} (common.fp16_fallback)",
+                                cfg.common.fp16_fallback_updates, cfg.common.fp16_fallback));
 
   // Batches: the same list on every rank, shards dealt by the iterator.
   data::SizeFilterOptions filter;
@@ -477,6 +489,7 @@ int train_translation(const config::Config& cfg, distributed::Gang& gang) {
   const int64_t max_update = optimization.max_update > 0 ? optimization.max_update : INT64_MAX;
   const auto& update_freqs = optimization.update_freq;
   bool done = trainer.num_updates() >= max_update;
+  double allreduce_wait = 0, step_seconds = 0;  // this run's, for the closing line
   while (!done) {
     // Checked first: with sharded data, starting an epoch loads its directory.
     if (epoch_itr.next_epoch_idx() > max_epoch) break;
@@ -509,6 +522,8 @@ int train_translation(const config::Config& cfg, distributed::Gang& gang) {
       double t0 = core::monotonic_seconds();
       trainer::StepStats stats = trainer.train_step(group);
       double seconds = core::monotonic_seconds() - t0;
+      allreduce_wait += stats.allreduce_wait_seconds;
+      step_seconds += seconds;
       epoch_meters.add(stats, seconds);
       interval_meters.add(stats, seconds);
       ++step;
@@ -555,6 +570,10 @@ int train_translation(const config::Config& cfg, distributed::Gang& gang) {
     }
   }
   log::info("train", "done training in {:.1f} seconds ({} updates)", wall(), trainer.num_updates());
+  if (gang.size() > 1)
+    log::info("train", "gradient all-reduce: {:.2f} s of this run's {:.1f} s of updates waited for it after backward "
+              "(rank {}; {})", allreduce_wait, step_seconds, gang.rank(),
+              trainer_options.overlap_all_reduce ? "buckets started during backward" : "started after backward");
   return kExitOk;
 }
 

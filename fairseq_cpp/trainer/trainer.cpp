@@ -3,6 +3,7 @@
 #include <ATen/ATen.h>
 #include <torch/torch.h>
 
+#include <chrono>
 #include <cmath>
 #include <new>
 
@@ -49,6 +50,12 @@ Trainer::Trainer(const TrainerOptions& options, std::shared_ptr<models::EncoderD
     if (p.requires_grad() && !p.grad().defined()) p.mutable_grad() = at::zeros_like(p);
   }
   optimizer_->set_lr(lr_scheduler_->step_update(0));
+  if (options_.overlap_all_reduce && gang_.size() > 1 && flat())
+    buckets_ = std::make_unique<GradBuckets>(params_, optimizer_->flat_grads(), bucket_scalars());
+}
+
+int64_t Trainer::bucket_scalars() const {
+  return std::max<int64_t>(1, static_cast<int64_t>(options_.bucket_cap_mb * 1024 * 1024 / 8));
 }
 
 void Trainer::set_num_updates(int64_t n) {
@@ -76,16 +83,22 @@ StepStats Trainer::train_step(const std::vector<data::Batch>& samples) {
     grad_sum_ = at::zeros({num_scalars_}, at::TensorOptions().dtype(at::kDouble).device(device_));
   if (grad_sum_.defined()) grad_sum_.zero_();
 
+  // fp16 with its scaler, or, for a while after the scale reached its minimum, fp16_fallback's precision.
+  const bool scaling = loss_scaler_ != nullptr && fallback_left_ == 0;
+  const optim::Precision precision = fallback_left_ > 0 ? *options_.fp16_fallback : options_.precision;
   criterions::LossStats local;
   bool oom = false;
-  for (const data::Batch& batch : samples) {
+  for (size_t i = 0; i < samples.size(); ++i) {
+    const data::Batch& batch = samples[i];
     if (batch.empty()) continue;  // a dummy from a short shard: joins the collectives below with weight 0
     try {
+      // The last micro-batch's gradients go to the other workers during its backward.
+      if (buckets_ && i + 1 == samples.size()) buckets_->arm(grad_sum_, gang_, num_updates_ + 1);
       // The (B, T, V) logits never exist at once: the loss projects the decoder's features a
       // chunk of rows at a time.
       models::DecoderFeatures decoded;
       {
-        optim::AutocastScope autocast(options_.precision, device_.type());
+        optim::AutocastScope autocast(precision, device_.type());
         decoded = model_->forward_features(batch.src_tokens.to(device_), batch.src_lengths.to(device_),
                                            batch.prev_output_tokens.to(device_));
       }
@@ -93,9 +106,9 @@ StepStats Trainer::train_step(const std::vector<data::Batch>& samples) {
       criterions::LossOutput out = criterion_(decoded.features, decoded.output_weight, batch.target.to(device_));
       decoded = {};
       // fp16: the gradients are those of the scaled loss, divided by the scale after the all-reduce.
-      if (loss_scaler_) out.loss = out.loss * loss_scaler_->loss_scale();
+      if (scaling) out.loss = out.loss * loss_scaler_->loss_scale();
       out.loss.backward();
-      if (!one_term) accumulate_gradients();
+      if (!one_term && !(buckets_ && i + 1 == samples.size())) accumulate_gradients();
       local.add(out.stats);
     } catch (const std::bad_alloc&) {
       oom = true;
@@ -104,6 +117,13 @@ StepStats Trainer::train_step(const std::vector<data::Batch>& samples) {
       oom = true;
     }
     if (oom) break;
+  }
+  // Every bucket joins its all-reduce on every rank, also after a dummy batch or out of memory
+  // (whose update every rank then skips): all ranks start the same collectives in the same order.
+  double waited = 0.0;
+  if (buckets_) {
+    buckets_->arm(grad_sum_, gang_, num_updates_ + 1);  // no-op if armed: what backward did not start
+    waited = buckets_->finish();
   }
   if (oom) {
     log::warning("trainer", "out of memory on rank {} at update {}; every rank skips this update", gang_.rank(),
@@ -133,14 +153,28 @@ StepStats Trainer::train_step(const std::vector<data::Batch>& samples) {
     stats.skipped = true;
     return stats;
   }
-  const double scale = loss_scaler_ ? loss_scaler_->loss_scale() : 1.0;
-  all_reduce_gradients(static_cast<double>(stats.loss.sample_size) * scale, one_term);
+  const double scale = scaling ? loss_scaler_->loss_scale() : 1.0;
+  stats.allreduce_wait_seconds = waited + all_reduce_gradients(static_cast<double>(stats.loss.sample_size) * scale,
+                                                                one_term);
+  if (buckets_) stats.buckets_started_by_backward = static_cast<int64_t>(buckets_->started_by_backward());
   stats.gnorm = flat() ? optim::clip_grad_norm(optimizer_->flat_grads(), options_.clip_norm)
                        : optim::clip_grad_norm(params_, options_.clip_norm);
   stats.clipped = options_.clip_norm > 0 && stats.gnorm > options_.clip_norm;
-  // The gradients, hence the norm, are the same on every rank: so is this decision.
-  if (loss_scaler_ && !std::isfinite(stats.gnorm)) {
-    loss_scaler_->overflow();  // throws at the minimum loss scale
+  // The gradients, hence the norm, are the same on every rank: so are these decisions.
+  if (scaling && !std::isfinite(stats.gnorm)) {
+    const bool lowered = options_.fp16_fallback ? loss_scaler_->try_overflow()
+                                                : (loss_scaler_->overflow(), true);  // throws at the minimum
+    if (!lowered) {
+      // Nothing was applied since the last good update: the weights, the optimizer's state and the
+      // learning rate are that update's. This update is redone from them in the fallback precision.
+      fallback_left_ = options_.fp16_fallback_updates;
+      log::warning("trainer",
+                   "fp16: the loss scale would reach its minimum ({}) at update {}: this update and the next {} run in "
+                   "{} from the weights of update {} (common.fp16_fallback), then fp16 resumes with a fresh scale",
+                   loss_scaler_->min_loss_scale(), num_updates_ + 1, fallback_left_ - 1,
+                   optim::precision_name(*options_.fp16_fallback), num_updates_);
+      return train_step(samples);
+    }
     log::info("trainer", "gradient overflow detected at update {}, ignoring gradient; setting loss scale to: {}",
               num_updates_ + 1, loss_scaler_->loss_scale());
     optimizer_->zero_grad();
@@ -163,11 +197,19 @@ StepStats Trainer::train_step(const std::vector<data::Batch>& samples) {
   }
   nonfinite_in_a_row_ = 0;
   optimizer_->step();
-  if (loss_scaler_) {
+  if (scaling) {
     loss_scaler_->update();
     stats.loss_scale = loss_scaler_->loss_scale();
   }
   ++num_updates_;
+  if (loss_scaler_ && !scaling) {
+    stats.fallback = true;
+    if (--fallback_left_ == 0) {
+      loss_scaler_->reset();
+      log::info("trainer", "fp16: back from {} after update {}, with a fresh loss scale of {}",
+                optim::precision_name(*options_.fp16_fallback), num_updates_, loss_scaler_->loss_scale());
+    }
+  }
   optimizer_->set_lr(lr_scheduler_->step_update(num_updates_));
   if (ema_) ema_->step(num_updates_);  // the same weights on every rank: the same shadow
   if (options_.check_interval > 0 && num_updates_ % options_.check_interval == 0 && gang_.size() > 1)
@@ -194,29 +236,34 @@ void Trainer::accumulate_gradients() {
   }
 }
 
-void Trainer::all_reduce_gradients(double denominator, bool one_term) {
+double Trainer::all_reduce_gradients(double denominator, bool one_term) {
   if (one_term && flat()) {
     optimizer_->flat_grads().div_(denominator);
-    return;
+    return 0.0;
   }
   if (one_term) {
     for (at::Tensor& p : params_) {
       if (p.grad().defined()) p.mutable_grad().div_(denominator);
     }
-    return;
+    return 0.0;
   }
-  // The float64 sums of every rank added in buckets of about bucket_cap_mb, scaled, and written
-  // back as the parameters' gradients. A rank whose micro-batches were all dummies adds zeros.
-  const int64_t cap = std::max<int64_t>(1, static_cast<int64_t>(options_.bucket_cap_mb * 1024 * 1024 / 8));
-  const int64_t total = grad_sum_.numel();
-  for (int64_t start = 0; start < total; start += cap) {
-    at::Tensor bucket = grad_sum_.slice(0, start, std::min(total, start + cap));
-    if (gang_.size() > 1) distributed::all_sum(gang_, bucket);
+  // The float64 sums of every rank added in buckets of about bucket_cap_mb (already, during
+  // backward, with buckets_), scaled, and written back as the parameters' gradients. A rank whose
+  // micro-batches were all dummies adds zeros.
+  const auto t0 = std::chrono::steady_clock::now();
+  if (!buckets_ && gang_.size() > 1) {
+    const int64_t cap = bucket_scalars();
+    const int64_t total = grad_sum_.numel();
+    for (int64_t start = 0; start < total; start += cap) {
+      at::Tensor bucket = grad_sum_.slice(0, start, std::min(total, start + cap));
+      distributed::all_sum(gang_, bucket);
+    }
   }
+  const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   grad_sum_.div_(denominator);
   if (flat()) {
     optimizer_->flat_grads().copy_(grad_sum_);
-    return;
+    return seconds;
   }
   int64_t offset = 0;
   for (at::Tensor& p : params_) {
@@ -225,6 +272,7 @@ void Trainer::all_reduce_gradients(double denominator, bool one_term) {
     p.mutable_grad().copy_(grad_sum_.slice(0, offset, offset + n).view_as(p));
     offset += n;
   }
+  return seconds;
 }
 
 void Trainer::check_parameters_agree() {

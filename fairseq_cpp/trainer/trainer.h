@@ -24,6 +24,7 @@
 #include "fairseq_cpp/optim/mixed_precision.h"
 #include "fairseq_cpp/optim/optimizer.h"
 #include "fairseq_cpp/trainer/ema.h"
+#include "fairseq_cpp/trainer/grad_buckets.h"
 
 namespace fairseq_cpp::trainer {
 
@@ -33,11 +34,19 @@ struct TrainerOptions {
   int64_t max_nonfinite = 5;     // stop after this many non-finite gradient norms in a row
   int64_t check_interval = 100;  // compare a parameter checksum across ranks every N updates; 0 = off
   double bucket_cap_mb = 25.0;   // gradient bucket size for the all-reduce, in MiB (of float64 sums)
+  // With several workers: each bucket's all-reduce starts during the last micro-batch's backward,
+  // as soon as its gradients are ready (ddp_backend c10d / pytorch_ddp); false = after backward.
+  bool overlap_all_reduce = true;
   std::optional<EmaOptions> ema;  // keep an EMA of the weights, stepped after each update; unset = none
   // The forward passes' precision (bf16: autocast; the weights, gradients and optimizer stay float32).
   optim::Precision precision = optim::Precision::kFloat32;
   // fp16's dynamic loss scaler (with precision kFloat16); unset = none.
   std::optional<optim::LossScalerOptions> loss_scaler;
+  // With the loss scaler: where an overflow would bring the scale to its minimum, that update is
+  // redone in this precision and so are the next ones, fp16_fallback_updates in all; then fp16
+  // resumes with a fresh scale. Unset = the minimum stops training, as in fairseq.
+  std::optional<optim::Precision> fp16_fallback;
+  int64_t fp16_fallback_updates = 1000;
 };
 
 // What one update did, summed over every worker and micro-batch.
@@ -49,7 +58,12 @@ struct StepStats {
   int64_t ooms = 0;            // ranks that ran out of memory in this step
   double lr = 0.0;             // the learning rate this update used
   bool overflow = false;       // fp16: the gradient norm was not finite; the loss scale went down
-  double loss_scale = 0.0;     // fp16: the loss scale after this update; 0 without a scaler
+  double loss_scale = 0.0;     // fp16: the loss scale after this update; 0 without a scaler or in fallback
+  bool fallback = false;       // fp16_fallback: this update ran in the fallback precision
+  // Several workers: seconds this rank spent in the gradient all-reduce after its backward (all of
+  // it without overlap; what backward did not hide with it), and the buckets backward started.
+  double allreduce_wait_seconds = 0.0;
+  int64_t buckets_started_by_backward = 0;
 };
 
 class Trainer {
@@ -75,18 +89,26 @@ class Trainer {
   Ema* ema() { return ema_.get(); }
   // fp16's loss scaler (options.loss_scaler), or nullptr.
   optim::DynamicLossScaler* loss_scaler() { return loss_scaler_.get(); }
+  // fp16_fallback: updates still to run in the fallback precision (0 = fp16 with the scaler), and
+  // its restore from a checkpoint.
+  int64_t fallback_updates_left() const { return fallback_left_; }
+  void set_fallback_updates_left(int64_t n) { fallback_left_ = n; }
+  bool has_fp16_fallback() const { return options_.fp16_fallback.has_value(); }
   // At the end of an epoch: the scheduler's epoch step; returns the new learning rate.
   double lr_step(int64_t epoch, std::optional<double> val_loss);
 
  private:
   // Adds the gradients of the micro-batch just run to grad_sum_ and clears them.
   void accumulate_gradients();
-  // Sums grad_sum_ of every rank in flat buckets, scales it by 1 / `denominator` and writes it to
-  // the parameters' gradients. With `one_term` (one worker, one micro-batch) the gradients are the
-  // sum already: they are only scaled, and grad_sum_ is never allocated.
-  void all_reduce_gradients(double denominator, bool one_term);
+  // Sums grad_sum_ of every rank in flat buckets (unless buckets_ did during backward), scales it by
+  // 1 / `denominator` and writes it to the parameters' gradients. With `one_term` (one worker, one
+  // micro-batch) the gradients are the sum already: they are only scaled, and grad_sum_ is never
+  // allocated. Returns the seconds spent in the all-reduce.
+  double all_reduce_gradients(double denominator, bool one_term);
   // Compares a checksum of the parameters across ranks; throws OperationalError with a table.
   void check_parameters_agree();
+  // bucket_cap_mb in float64 scalars.
+  int64_t bucket_scalars() const;
   // Whether the weights and gradients are the optimizer's flat buffers, in params_'s order.
   bool flat() const { return optimizer_->flat(); }
 
@@ -98,12 +120,14 @@ class Trainer {
   distributed::Gang& gang_;
   std::unique_ptr<Ema> ema_;
   std::unique_ptr<optim::DynamicLossScaler> loss_scaler_;
+  std::unique_ptr<GradBuckets> buckets_;  // overlap_all_reduce with several workers and flat gradients
   std::vector<at::Tensor> params_;  // unique parameters, in a fixed order on every rank
   at::Tensor grad_sum_;             // (all parameters,) float64: this update's gradient sum, once needed
   int64_t num_scalars_ = 0;         // scalars in params_
   c10::Device device_;
   int64_t num_updates_ = 0;
   int64_t nonfinite_in_a_row_ = 0;
+  int64_t fallback_left_ = 0;  // fp16_fallback: updates left in the fallback precision
 };
 
 }  // namespace fairseq_cpp::trainer

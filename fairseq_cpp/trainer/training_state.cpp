@@ -57,6 +57,7 @@ checkpoint::StateDict make_checkpoint(Trainer& trainer, const TrainingState& sta
     d.insert("last_overflow_iter", ls.last_overflow_iter);
     d.insert("last_rescale_iter", ls.last_rescale_iter);
     d.insert("overflows_since_rescale", ls.overflows_since_rescale);
+    d.insert("fallback_updates_left", trainer.fallback_updates_left());  // fp16_fallback: updates left in it
     extra.insert("loss_scaler", d);
   }
   if (Ema* ema = trainer.ema()) {
@@ -102,6 +103,11 @@ TrainingState restore_checkpoint(const checkpoint::StateDict& ckpt, const std::s
     if (!scale.isDouble()) raise<DataError>("{}: `loss_scale` must be a number", path);
     scaler->load_state({scale.toDouble(), get_int(d, "iter", path), get_int(d, "last_overflow_iter", path),
                         get_int(d, "last_rescale_iter", path), get_int(d, "overflows_since_rescale", path)});
+    // Saved in a spell of fp16_fallback: the run goes on in the fallback precision (none with
+    // fp16_fallback unset now, or in checkpoints from before it).
+    const int64_t left = d.contains("fallback_updates_left") ? get_int(d, "fallback_updates_left", path) : 0;
+    if (left < 0) raise<DataError>("{}: `fallback_updates_left` must be 0 or more, not {}", path, left);
+    trainer.set_fallback_updates_left(trainer.has_fp16_fallback() ? left : 0);
   }
   if (Ema* ema = trainer.ema()) {
     if (checkpoint::has_ema_entry(ckpt)) {

@@ -4,7 +4,8 @@
 //   "model", "cfg", "optimizer", "lr_scheduler", "extra_state" {train_iterator {epoch,
 //   global_batches, shuffle, data_shard, data_shards}, num_updates, best, bad_validations,
 //   wall_seconds, with an EMA: ema {name -> tensor}, ema_update_counter, with fp16: loss_scaler
-//   {loss_scale, iter, last_overflow_iter, last_rescale_iter, overflows_since_rescale}}
+//   {loss_scale, iter, last_overflow_iter, last_rescale_iter, overflows_since_rescale,
+//   fallback_updates_left}}
 
 #include <optional>
 #include <string>

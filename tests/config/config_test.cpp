@@ -245,6 +245,15 @@ TEST(Config, CrossKeyRulesAreChecked) {
   ASSERT_EQ(problems.size(), 2u);
   EXPECT_NE(problems[0].find("`common.bf16` must be false when `common.fp16` is true"), std::string::npos);
   EXPECT_NE(problems[1].find("`lr_scheduler.warmup_updates` must be greater than 0"), std::string::npos);
+  // fp16_fallback is a way out of fp16 only; its precisions are named.
+  problems = problems_of("", {{"common.fp16_fallback", "bf16", "x"}});
+  ASSERT_EQ(problems.size(), 1u);
+  EXPECT_NE(problems[0].find("`common.fp16` must be true when `common.fp16_fallback` is set (to bf16)"),
+            std::string::npos);
+  problems = problems_of("", {{"common.fp16", "true", "x"}, {"common.fp16_fallback", "fp16", "x"}});
+  ASSERT_EQ(problems.size(), 1u);
+  EXPECT_NE(problems[0].find("`common.fp16_fallback` must be one of"), std::string::npos) << problems[0];
+  EXPECT_TRUE(problems_of("", {{"common.fp16", "true", "x"}, {"common.fp16_fallback", "fp32", "x"}}).empty());
 }
 
 TEST(Config, InvalidYamlInAnAssignment) {

@@ -123,6 +123,24 @@ TEST(DynamicLossScaler, ToleranceThresholdAndMinimum) {
     EXPECT_NE(std::string(e.what()).find("Minimum loss scale reached (1)"), std::string::npos) << e.what();
   }
   EXPECT_EQ(minimum.loss_scale(), 2);
+  // try_overflow: the same decisions without the throw; at the minimum nothing changes at all.
+  EXPECT_FALSE(minimum.try_overflow());
+  EXPECT_EQ(minimum.loss_scale(), 2);
+  EXPECT_EQ(minimum.state().iter, 0);
+  EXPECT_EQ(minimum.state().last_overflow_iter, -1);
+  EXPECT_EQ(minimum.state().overflows_since_rescale, 0);
+  m.init_scale = 4;
+  DynamicLossScaler lowered(m);
+  EXPECT_TRUE(lowered.try_overflow());  // 4 / 2 = 2 > 1
+  EXPECT_EQ(lowered.loss_scale(), 2);
+  EXPECT_EQ(lowered.state().iter, 1);
+  EXPECT_EQ(lowered.state().last_overflow_iter, 0);
+  // reset: a fresh scaler, as after a spell in the fallback precision.
+  lowered.reset();
+  EXPECT_EQ(lowered.loss_scale(), 4);
+  EXPECT_EQ(lowered.state().iter, 0);
+  EXPECT_EQ(lowered.state().last_overflow_iter, -1);
+  EXPECT_EQ(lowered.state().last_rescale_iter, -1);
 
   // The state round trip.
   DynamicLossScaler copy(o);

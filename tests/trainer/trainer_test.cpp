@@ -6,6 +6,7 @@
 #include <gtest/gtest.h>
 #include <torch/torch.h>
 
+#include <chrono>
 #include <functional>
 #include <map>
 #include <thread>
@@ -15,6 +16,7 @@
 #include "fairseq_cpp/distributed/process_group_gang.h"
 #include "fairseq_cpp/distributed/topology.h"
 #include "fairseq_cpp/models/transformer.h"
+#include "fairseq_cpp/trainer/training_state.h"
 
 namespace fairseq_cpp::trainer {
 namespace {
@@ -53,7 +55,8 @@ std::shared_ptr<models::TransformerModel> make_model() {
 
 std::unique_ptr<Trainer> make_trainer(std::shared_ptr<models::TransformerModel> model, distributed::Gang& gang,
                                       int64_t check_interval = 0, std::optional<EmaOptions> ema = std::nullopt,
-                                      optim::Precision precision = optim::Precision::kFloat32) {
+                                      optim::Precision precision = optim::Precision::kFloat32,
+                                      bool overlap = true) {
   criterions::CriterionOptions co;
   co.name = "label_smoothed_cross_entropy";
   co.label_smoothing = 0.1;
@@ -71,6 +74,7 @@ std::unique_ptr<Trainer> make_trainer(std::shared_ptr<models::TransformerModel> 
   to.bucket_cap_mb = 0.01;  // several buckets even for this small model
   to.ema = ema;
   to.precision = precision;
+  to.overlap_all_reduce = overlap;
   return std::make_unique<Trainer>(to, model, criterions::Criterion(co),
                                    optim::build_optimizer(oo, models::unique_parameters(*model)),
                                    optim::build_lr_scheduler(so), gang);
@@ -224,6 +228,12 @@ class FaultyModel : public models::TransformerModel {
   using models::TransformerModel::TransformerModel;
   bool oom = false;
   bool nan = false;
+  int nan_passes = 0;  // the next this many forward passes give NaN features
+  bool take_nan() {
+    if (nan_passes == 0) return nan;
+    --nan_passes;
+    return true;
+  }
   models::EncoderOut encode(const at::Tensor& src_tokens, const at::Tensor& src_lengths) override {
     if (oom) throw std::bad_alloc();
     return models::TransformerModel::encode(src_tokens, src_lengths);
@@ -235,7 +245,7 @@ class FaultyModel : public models::TransformerModel {
   models::DecoderFeatures decode_features(const at::Tensor& prev_output_tokens,
                                           const models::EncoderOut& encoder_out) override {
     models::DecoderFeatures out = models::TransformerModel::decode_features(prev_output_tokens, encoder_out);
-    if (nan) out.features = out.features * std::nan("");
+    if (take_nan()) out.features = out.features * std::nan("");
     return out;
   }
 };
@@ -540,6 +550,221 @@ TEST(Trainer, Fp16ScalesExactlyAndOverflowsLowerTheScaleUntilItsMinimum) {
   StepStats first = huge.train_step({make_batch(3, 1300)});
   EXPECT_TRUE(first.overflow);
   EXPECT_EQ(first.loss_scale, std::ldexp(1.0, 126));
+}
+
+// common.fp16_fallback: where an overflow would bring the loss scale to its minimum, the update is
+// redone in the fallback precision from the last good update's weights, the next ones run in it too,
+// then fp16 resumes with a fresh scale. With fp32 as the fallback, and fp16 computing in float32 on
+// the CPU with power-of-2 scales, the run equals a float32 run that skipped the one lost update.
+std::unique_ptr<Trainer> make_fp16_trainer(std::shared_ptr<models::TransformerModel> model, distributed::Gang& gang,
+                                           std::optional<optim::Precision> fallback) {
+  criterions::CriterionOptions co;
+  optim::OptimizerOptions oo;
+  oo.name = "adam";
+  oo.lr = 1e-3;
+  optim::LrSchedulerOptions so;
+  TrainerOptions to;
+  if (fallback) {
+    to.precision = optim::Precision::kFloat16;
+    optim::LossScalerOptions lo;
+    lo.init_scale = 4;
+    lo.scale_window = 100;
+    lo.min_loss_scale = 1.0;
+    to.loss_scaler = lo;
+    to.fp16_fallback = fallback;
+    to.fp16_fallback_updates = 2;
+  }
+  to.bucket_cap_mb = 0.01;
+  return std::make_unique<Trainer>(to, model, criterions::Criterion(co),
+                                   optim::build_optimizer(oo, models::unique_parameters(*model)),
+                                   optim::build_lr_scheduler(so), gang);
+}
+
+TEST(Trainer, Fp16FallbackRedoesTheUpdateAtTheMinimumScaleThenReturnsToFp16) {
+  auto plain_model = make_faulty_model(), model = make_faulty_model();
+  distributed::FakeGang one;
+  auto plain = make_fp16_trainer(plain_model, one, std::nullopt);
+  auto fp16 = make_fp16_trainer(model, one, optim::Precision::kFloat32);
+  auto batch = [](int n) { return std::vector<data::Batch>{make_batch(3, 1800 + n), make_batch(2, 1900 + n)}; };
+
+  StepStats s = fp16->train_step(batch(1));
+  plain->train_step(batch(1));
+  EXPECT_EQ(s.loss_scale, 4);
+  model->nan_passes = 1;
+  s = fp16->train_step(batch(2));  // overflow: 4 -> 2, skipped (the plain run never sees batch 2)
+  EXPECT_TRUE(s.skipped && s.overflow);
+  EXPECT_EQ(s.loss_scale, 2);
+  EXPECT_EQ(fp16->fallback_updates_left(), 0);
+  model->nan_passes = 1;
+  s = fp16->train_step(batch(3));  // 2 -> 1 would reach the minimum: redone in float32
+  StepStats p = plain->train_step(batch(3));
+  EXPECT_FALSE(s.skipped);
+  EXPECT_TRUE(s.fallback);
+  EXPECT_EQ(s.loss_scale, 0);
+  EXPECT_EQ(s.gnorm, p.gnorm);
+  EXPECT_EQ(s.loss.loss_sum, p.loss.loss_sum);
+  EXPECT_EQ(fp16->num_updates(), 2);
+  EXPECT_EQ(fp16->fallback_updates_left(), 1);
+  EXPECT_EQ(fp16->loss_scaler()->loss_scale(), 2);  // kept, unused, until fp16 returns
+
+  // A checkpoint taken in the fallback spell resumes in it.
+  auto resumed_model = make_faulty_model();
+  auto resumed = make_fp16_trainer(resumed_model, one, optim::Precision::kFloat32);
+  TrainingState state;
+  state.num_updates = fp16->num_updates();
+  checkpoint::StateDict ckpt = make_checkpoint(*fp16, state, "", true);
+  restore_checkpoint(ckpt, "fallback.pt", *resumed, RestoreOptions{});
+  EXPECT_EQ(resumed->fallback_updates_left(), 1);
+
+  for (Trainer* t : {fp16.get(), resumed.get()}) {
+    s = t->train_step(batch(4));  // the second and last update of the spell; then a fresh scale
+    EXPECT_TRUE(s.fallback);
+    EXPECT_EQ(t->fallback_updates_left(), 0);
+    EXPECT_EQ(t->loss_scaler()->loss_scale(), 4);
+    EXPECT_EQ(t->loss_scaler()->state().iter, 0);
+    s = t->train_step(batch(5));  // fp16 again, with the scaler
+    EXPECT_FALSE(s.fallback);
+    EXPECT_EQ(s.loss_scale, 4);
+    EXPECT_EQ(t->loss_scaler()->state().iter, 1);
+    EXPECT_EQ(t->num_updates(), 4);
+  }
+  plain->train_step(batch(4));
+  plain->train_step(batch(5));
+  expect_same_parameters(*plain_model, *model, 0.0);
+  expect_same_parameters(*plain_model, *resumed_model, 0.0);
+}
+
+// The decision is collective: NaN on one rank only (2 workers, Gloo over TCP) sends both ranks into
+// bf16 at the same update; they keep equal, finite weights and come back to fp16 together.
+TEST(Trainer, Fp16FallbackToBf16IsTakenByEveryRankAlike) {
+  std::vector<std::shared_ptr<FaultyModel>> workers{make_faulty_model(), make_faulty_model()};
+  auto fp32_model = make_faulty_model();
+  int port = distributed::pick_free_port();
+  std::vector<std::vector<StepStats>> stats(2);
+  std::map<int, data::Batch> batches;  // made here, not in the threads: one global generator
+  for (int n = 1; n <= 5; ++n)
+    for (int r = 0; r < 2; ++r) batches[10 * n + r] = make_batch(3, 2000 + 10 * n + r);
+  std::vector<std::thread> threads;
+  for (int r = 0; r < 2; ++r) {
+    threads.emplace_back([&, r] {
+      distributed::ProcessGroupOptions o;
+      o.master_port = port;
+      o.rank = r;
+      o.world_size = 2;
+      o.timeout_seconds = 60;
+      auto gang = distributed::make_process_group_gang(o);
+      auto trainer = make_fp16_trainer(workers[r], *gang, optim::Precision::kBFloat16);
+      for (int n = 1; n <= 5; ++n) {
+        if (r == 1 && (n == 2 || n == 3)) workers[r]->nan_passes = 1;
+        stats[r].push_back(trainer->train_step({batches.at(10 * n + r)}));
+      }
+    });
+  }
+  for (auto& t : threads) t.join();
+  for (int r = 0; r < 2; ++r) {
+    const auto& s = stats[r];
+    ASSERT_EQ(s.size(), 5u);
+    EXPECT_TRUE(s[1].overflow) << "rank " << r;
+    EXPECT_TRUE(!s[2].skipped && s[2].fallback && s[3].fallback) << "rank " << r;
+    EXPECT_TRUE(!s[4].fallback && s[4].loss_scale == 4) << "rank " << r;
+  }
+  expect_same_parameters(*workers[0], *workers[1], 0.0);
+  for (const auto& p : workers[0]->parameters()) EXPECT_TRUE(torch::isfinite(p).all().item<bool>());
+  // bf16 really ran: the weights are not those of the same updates in float32.
+  distributed::FakeGang one;
+  auto fp32 = make_fp16_trainer(fp32_model, one, std::nullopt);
+  for (int n : {1, 3, 4, 5}) fp32->train_step({batches.at(10 * n), batches.at(10 * n + 1)});
+  double diff = 0;
+  auto a = fp32_model->parameters(), b = workers[0]->parameters();
+  for (size_t i = 0; i < a.size(); ++i) diff += (a[i] - b[i]).abs().sum().item<double>();
+  EXPECT_GT(diff, 0.0);
+}
+
+// The gradient buckets' all-reduce starts during the last micro-batch's backward (ddp_backend
+// c10d): every bucket is started by backward's hooks, and the parameters are those of the
+// all-reduce after backward, bit for bit, on 2 Gloo workers with update_freq 2.
+TEST(Trainer, BucketsAllReducedDuringBackwardGiveTheSameUpdate) {
+  std::vector<std::shared_ptr<models::TransformerModel>> overlapped{make_model(), make_model()},
+      after{make_model(), make_model()};
+  std::vector<std::vector<StepStats>> stats(4);
+  std::vector<std::vector<std::vector<data::Batch>>> batches(2);  // [rank][update]: made here, not in
+  for (int r = 0; r < 2; ++r)                                      // threads (one global generator)
+    for (int n = 0; n < 3; ++n)
+      batches[static_cast<size_t>(r)].push_back(
+          {make_batch(3 + r, 2100 + 10 * n + 2 * r), make_batch(4, 2101 + 10 * n + 2 * r)});
+  std::vector<std::thread> threads;
+  for (bool overlap : {true, false}) {
+    auto& models = overlap ? overlapped : after;
+    int group_port = distributed::pick_free_port();
+    for (int r = 0; r < 2; ++r) {
+      threads.emplace_back([&, r, overlap, group_port] {
+        distributed::ProcessGroupOptions o;
+        o.master_port = group_port;
+        o.rank = r;
+        o.world_size = 2;
+        o.timeout_seconds = 60;
+        auto gang = distributed::make_process_group_gang(o);
+        auto trainer = make_trainer(models[static_cast<size_t>(r)], *gang, 0, std::nullopt,
+                                    optim::Precision::kFloat32, overlap);
+        for (const auto& group : batches[static_cast<size_t>(r)])
+          stats[static_cast<size_t>(r + (overlap ? 0 : 2))].push_back(trainer->train_step(group));
+      });
+    }
+    for (auto& t : threads) t.join();
+    threads.clear();
+  }
+  for (int r = 0; r < 2; ++r) {
+    for (int n = 0; n < 3; ++n) {
+      const StepStats& o = stats[static_cast<size_t>(r)][static_cast<size_t>(n)];
+      const StepStats& a = stats[static_cast<size_t>(r + 2)][static_cast<size_t>(n)];
+      EXPECT_FALSE(o.skipped);
+      EXPECT_GE(o.buckets_started_by_backward, 5) << "rank " << r << " update " << n + 1;
+      EXPECT_EQ(a.buckets_started_by_backward, 0);
+      EXPECT_EQ(o.gnorm, a.gnorm) << "rank " << r << " update " << n + 1;
+    }
+    auto po = overlapped[static_cast<size_t>(r)]->named_parameters();
+    auto pa = after[static_cast<size_t>(r)]->named_parameters();
+    for (const auto& item : po) EXPECT_TRUE(torch::equal(item.value(), pa[item.key()])) << item.key();
+  }
+  expect_same_parameters(*overlapped[0], *overlapped[1], 0.0);
+}
+
+// A bucket that a rank never joins names itself: the other rank's error says which all-reduce of
+// which bucket at which update, within the gang's timeout.
+TEST(Trainer, AMissingBucketAllReduceNamesItself) {
+  std::vector<std::shared_ptr<models::TransformerModel>> models{make_model(), make_model()};
+  int port = distributed::pick_free_port();
+  std::string error;
+  double seconds = 0;
+  const std::vector<data::Batch> batches{make_batch(3, 2200), make_batch(3, 2201), make_batch(3, 2300)};
+  std::vector<std::thread> threads;
+  for (int r = 0; r < 2; ++r) {
+    threads.emplace_back([&, r] {
+      distributed::ProcessGroupOptions o;
+      o.master_port = port;
+      o.rank = r;
+      o.world_size = 2;
+      o.timeout_seconds = 3;
+      auto gang = distributed::make_process_group_gang(o);
+      auto trainer = make_trainer(models[static_cast<size_t>(r)], *gang);
+      trainer->train_step({batches[static_cast<size_t>(r)]});
+      if (r == 1) {
+        std::this_thread::sleep_for(std::chrono::seconds(6));  // rank 1 never starts update 2
+        return;
+      }
+      const auto t0 = std::chrono::steady_clock::now();
+      try {
+        trainer->train_step({batches[2]});
+      } catch (const distributed::GangError& e) {
+        error = e.what();
+      }
+      seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    });
+  }
+  for (auto& t : threads) t.join();
+  EXPECT_NE(error.find("all-reduce of gradient bucket 1 of "), std::string::npos) << error;
+  EXPECT_NE(error.find(" at update 2 failed on rank 0 of 2"), std::string::npos) << error;
+  EXPECT_LT(seconds, 3 + 2.5) << error;
 }
 
 }  // namespace

@@ -59,5 +59,5 @@ for m in c10d legacy_ddp; do
 done
 awk -v a="$wait_c10d" -v b="$wait_legacy_ddp" -v x="$wps_c10d" -v y="$wps_legacy_ddp" 'BEGIN {
   printf "hidden behind backward: %.0f%% of the after-backward wait; words/s during/after: %.2fx\n",
-    b > 0 ? 100 * (1 - a / b) : 0, x / y }'
+    (b > 0 ? 100 * (1 - a / b) : 0), x / y }'
 echo "same tokens and final loss in every run: $same"

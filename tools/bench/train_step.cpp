@@ -1,0 +1,165 @@
+// One training update of fairseq's Transformer, base (`transformer`) or big
+// (`transformer_vaswani_wmt_en_de_big`), shared vocabulary of --vocab words, on a fixed batch of
+// random sentences of --len tokens (source and target) filling --max-tokens target tokens, through
+// the trainer as fairseq-cpp-train runs it: autocast forward (bf16, or float32), the float32
+// label-smoothed loss, backward, clipping, flat Adam. On CUDA when present (the GPU issue's
+// throughput figure), else on the CPU. Prints one line per setting:
+//   arch, precision, device, tokens/step, step time (median ms), target tokens/s, peak memory,
+//   model TFLOP/s and MFU against --peak-tflops (dense bf16 peak; H100 SXM and H200: 989).
+// FLOPs per update (stated with the output; fairseq's tokens, not padding, are what is counted):
+//   6 x (encoder non-embedding parameters x source tokens + decoder non-embedding parameters x
+//   target tokens) + 6 x d x V x target tokens (the output projection)
+//   + attention scores and values, 3 x 4 x d x (S^2 per encoder layer, T^2 + T x S per decoder layer)
+//   per sentence (forward 2 GEMMs of 2 x d FLOPs per query-key pair; backward twice that; the
+//   causal mask is not discounted).
+//
+//   fsq_bench_train_step [--arch transformer|transformer_vaswani_wmt_en_de_big] [--vocab 32000]
+//       [--max-tokens 16384] [--len 64] [--bf16 1] [--iters 20] [--warmup 5] [--threads N]
+//       [--peak-tflops 989] [--cpu 1]
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <string>
+#include <vector>
+
+#include <fmt/core.h>
+#include <torch/torch.h>
+
+#if FSQ_WITH_CUDA
+#include <c10/cuda/CUDACachingAllocator.h>
+#endif
+
+#include "fairseq_cpp/core/runtime.h"
+#include "fairseq_cpp/criterions/cross_entropy.h"
+#include "fairseq_cpp/distributed/gang.h"
+#include "fairseq_cpp/models/transformer.h"
+#include "fairseq_cpp/optim/lr_scheduler.h"
+#include "fairseq_cpp/optim/optimizer.h"
+#include "fairseq_cpp/trainer/trainer.h"
+#include "tools/bench/multi30k_model.h"
+
+using namespace fairseq_cpp;
+
+namespace {
+
+std::string text_flag(int argc, char** argv, const std::string& name, const std::string& fallback) {
+  for (int i = 1; i + 1 < argc; ++i) {
+    if (argv[i] == name) return argv[i + 1];
+  }
+  return fallback;
+}
+
+double double_flag(int argc, char** argv, const std::string& name, double fallback) {
+  return std::stod(text_flag(argc, argv, name, std::to_string(fallback)));
+}
+
+// Parameters under `prefix` ("encoder." / "decoder.") other than the token embeddings and the
+// output projection (the same matrix here, counted apart).
+int64_t non_embedding_parameters(torch::nn::Module& model, const std::string& prefix) {
+  int64_t n = 0;
+  for (const auto& p : model.named_parameters()) {
+    const std::string& name = p.key();
+    if (name.rfind(prefix, 0) == 0 && name.find("embed_tokens") == std::string::npos &&
+        name.find("output_projection") == std::string::npos)
+      n += p.value().numel();
+  }
+  return n;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  core::reexec_with_cpu_runtime_settings(argc, argv);  // as the programs run: no spinning thread pools
+  const std::string arch = text_flag(argc, argv, "--arch", "transformer");
+  const int64_t vocab = bench::flag(argc, argv, "--vocab", 32000);
+  const int64_t max_tokens = bench::flag(argc, argv, "--max-tokens", 16384);
+  const int64_t len = bench::flag(argc, argv, "--len", 64);
+  const bool bf16 = bench::flag(argc, argv, "--bf16", 1) != 0;
+  const int64_t iters = bench::flag(argc, argv, "--iters", 20);
+  const int64_t warmup = bench::flag(argc, argv, "--warmup", 5);
+  const double peak_tflops = double_flag(argc, argv, "--peak-tflops", 989.0);
+  const bool cuda = torch::cuda::is_available() && bench::flag(argc, argv, "--cpu", 0) == 0;
+  if (const int64_t threads = bench::flag(argc, argv, "--threads", 0); threads > 0)
+    at::set_num_threads(static_cast<int>(threads));
+  const c10::Device device = cuda ? c10::Device(c10::kCUDA, 0) : c10::Device(c10::kCPU);
+
+  torch::manual_seed(0);
+  config::ModelConfig m;
+  m.arch = arch;
+  m.share_all_embeddings = true;
+  auto model = std::make_shared<models::TransformerModel>(models::resolve_transformer_options(m, config::TaskConfig{}),
+                                                          models::Vocabularies{vocab, vocab, 1, true});
+  model->to(device);
+  const int64_t batch = std::max<int64_t>(1, max_tokens / len);
+  data::Batch b;
+  b.src_tokens = torch::randint(4, vocab, {batch, len}, torch::kLong);
+  b.src_tokens.select(1, len - 1).fill_(2);
+  b.src_lengths = torch::full({batch}, len, torch::kLong);
+  b.target = torch::randint(4, vocab, {batch, len}, torch::kLong);
+  b.target.select(1, len - 1).fill_(2);
+  b.prev_output_tokens = torch::cat({torch::full({batch, 1}, 2, torch::kLong), b.target.narrow(1, 0, len - 1)}, 1);
+  b.ntokens = batch * len;
+  b.nsentences = batch;
+  for (at::Tensor* t : {&b.src_tokens, &b.src_lengths, &b.target, &b.prev_output_tokens}) *t = t->to(device);
+
+  criterions::CriterionOptions co;
+  co.name = "label_smoothed_cross_entropy";
+  co.label_smoothing = 0.1;
+  optim::OptimizerOptions oo;
+  oo.name = "adam";
+  oo.lr = 5e-4;
+  oo.betas = {0.9, 0.98};
+  optim::LrSchedulerOptions so;
+  so.name = "inverse_sqrt";
+  so.lr = {5e-4};
+  so.warmup_updates = 4000;
+  trainer::TrainerOptions to;
+  to.clip_norm = 0.0;
+  to.check_interval = 0;
+  to.precision = bf16 ? optim::Precision::kBFloat16 : optim::Precision::kFloat32;
+  distributed::FakeGang one(1, 0, device);
+  trainer::Trainer trainer(to, model, criterions::Criterion(co),
+                           optim::build_optimizer(oo, models::unique_parameters(*model)), optim::build_lr_scheduler(so),
+                           one);
+
+  auto sync = [&] {
+    if (cuda) torch::cuda::synchronize();
+  };
+  std::vector<double> ms;
+  for (int64_t i = 0; i < warmup + iters; ++i) {
+    sync();
+    const auto t0 = std::chrono::steady_clock::now();
+    trainer::StepStats s = trainer.train_step({b});
+    sync();
+    const double elapsed = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
+    if (s.skipped) {
+      std::fprintf(stderr, "update %lld was skipped\n", static_cast<long long>(i + 1));
+      return 1;
+    }
+    if (i >= warmup) ms.push_back(elapsed);
+  }
+  std::sort(ms.begin(), ms.end());
+  const double median_ms = ms[ms.size() / 2];
+  double peak_gib = 0;
+#if FSQ_WITH_CUDA
+  if (cuda) peak_gib = static_cast<double>(c10::cuda::CUDACachingAllocator::getDeviceStats(0).allocated_bytes[0].peak) /
+                       (1 << 30);
+#endif
+
+  // FLOPs of one update (see the header).
+  const auto& opts = model->options();
+  const double d = static_cast<double>(opts.encoder_embed_dim), S = static_cast<double>(len),
+               T = static_cast<double>(len), B = static_cast<double>(batch);
+  const double enc = static_cast<double>(non_embedding_parameters(*model, "encoder."));
+  const double dec = static_cast<double>(non_embedding_parameters(*model, "decoder."));
+  const double tokens = B * T;
+  const double flops = 6 * (enc * B * S + dec * tokens) + 6 * d * static_cast<double>(vocab) * tokens +
+                       12 * d * B *
+                           (static_cast<double>(opts.encoder_layers) * S * S +
+                            static_cast<double>(opts.decoder_layers) * (T * T + T * S));
+  const double tflops = flops / (median_ms / 1000) / 1e12;
+  std::printf("%-34s %-5s %-6s %8lld %10.1f %12.0f %10.2f %9.1f %6.1f%%\n", arch.c_str(), bf16 ? "bf16" : "fp32",
+              cuda ? "cuda" : "cpu", static_cast<long long>(batch * len), median_ms, tokens / (median_ms / 1000),
+              peak_gib, tflops, cuda ? 100 * tflops / peak_tflops : 0.0);
+  return 0;
+}

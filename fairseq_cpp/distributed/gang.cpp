@@ -1,5 +1,8 @@
 #include "fairseq_cpp/distributed/gang.h"
 
+#include <string>
+#include <vector>
+
 #include <ATen/ATen.h>
 
 #include <algorithm>
@@ -48,6 +51,21 @@ void check_gang_ranks(const std::vector<int>& ranks, int size) {
     if (i > 0 && ranks[i] <= ranks[i - 1])
       raise<UserError>("create_gang: ranks must be increasing, but {} follows {}.", ranks[i], ranks[i - 1]);
   }
+}
+
+namespace {
+thread_local std::vector<std::string> t_scopes;  // innermost last
+}  // namespace
+
+CollectiveScope::CollectiveScope(std::string what) { t_scopes.push_back(std::move(what)); }
+
+CollectiveScope::~CollectiveScope() { t_scopes.pop_back(); }
+
+std::string CollectiveScope::describe() {
+  if (t_scopes.empty()) return "";
+  std::string out = " (";
+  for (size_t i = t_scopes.size(); i-- > 0;) out += t_scopes[i] + (i > 0 ? "; " : ")");
+  return out;
 }
 
 namespace {

@@ -30,6 +30,20 @@ class GangError : public OperationalError {
   using OperationalError::OperationalError;
 };
 
+// What the collectives that this thread starts in this scope are for, named in their errors:
+//   CollectiveScope at("update 12 of epoch 3");  CollectiveScope vote("the stop vote");
+//   -> "all_reduce(max) (the stop vote; update 12 of epoch 3) failed on rank 1 of 2 ..."
+// Scopes nest; the innermost comes first.
+class CollectiveScope {
+ public:
+  explicit CollectiveScope(std::string what);
+  ~CollectiveScope();
+  CollectiveScope(const CollectiveScope&) = delete;
+  CollectiveScope& operator=(const CollectiveScope&) = delete;
+  // " (the stop vote; update 12 of epoch 3)", or "" outside every scope.
+  static std::string describe();
+};
+
 // A collective started by Gang::start_all_sum, in flight until wait() returns.
 class PendingCollective {
  public:

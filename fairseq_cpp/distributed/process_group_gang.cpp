@@ -201,7 +201,8 @@ class ProcessGroupGang : public Gang {
 
   [[noreturn]] void fail(const std::string& op, const std::string& message) {
     std::string lost = lost_peers();
-    raise<GangError>("{} failed on rank {} of {} (group `{}`): {}{}", op, rank_, size_, name_, message, lost);
+    raise<GangError>("{}{} failed on rank {} of {} (group `{}`): {}{}", op, CollectiveScope::describe(), rank_, size_,
+                     name_, message, lost);
   }
 
   // An all-reduce in flight; its wait() fails as run() does, within the gang's timeout.

@@ -128,7 +128,10 @@ class CheckpointWriter {
         failed = e.what();
       }
     }
-    failed = distributed::broadcast_object(gang_, nlohmann::json(failed)).get<std::string>();
+    {
+      distributed::CollectiveScope outcome("the checkpoint save's outcome");
+      failed = distributed::broadcast_object(gang_, nlohmann::json(failed)).get<std::string>();
+    }
     if (!failed.empty()) throw OperationalError(gang_.rank() == 0 ? failed : "rank 0 stopped the run: " + failed);
   }
 
@@ -425,6 +428,7 @@ int train_translation(const config::Config& cfg, distributed::Gang& gang) {
       // BLEU's statistics are summed, then scored: the BLEU of the whole subset.
       const std::vector<double> bleu_local = bleu ? bleu->statistics() : std::vector<double>{};
       for (size_t k = 0; k < bleu_local.size(); ++k) values.emplace(fmt::format("bleu_{:02d}", k), bleu_local[k]);
+      distributed::CollectiveScope sums_scope("the validation sums of '" + name + "'");
       auto sums = distributed::all_reduce_dict(gang, values);
       Validation result;
       if (bleu) {
@@ -509,8 +513,15 @@ int train_translation(const config::Config& cfg, distributed::Gang& gang) {
     Meters epoch_meters, interval_meters;
     int64_t step = itr.count() / update_freq;
     while (true) {
+      // Every collective of this update names it when it fails.
+      distributed::CollectiveScope at(fmt::format("update {} of epoch {}", trainer.num_updates() + 1, epoch));
       // A stop signal on any rank: every rank saves at this same update and leaves.
-      if (distributed::any_flag(gang, g_stop_signal.load() != 0)) {
+      bool stop = false;
+      {
+        distributed::CollectiveScope vote("the stop vote");
+        stop = distributed::any_flag(gang, g_stop_signal.load() != 0);
+      }
+      if (stop) {
         log::warning("train", "stop signal received: saving checkpoint_last and stopping at update {}",
                      trainer.num_updates());
         sync_state(false);
@@ -555,6 +566,7 @@ int train_translation(const config::Config& cfg, distributed::Gang& gang) {
     progress->print(epoch_meters.train_stats(trainer.num_updates(), trainer.lr(), wall()), "train");
     if (!itr.has_next()) {
       // End of the epoch: validate, step the epoch schedule, save.
+      distributed::CollectiveScope at(fmt::format("the end of epoch {} at update {}", epoch, trainer.num_updates()));
       bool valid_due = epoch % std::max<int64_t>(1, cfg.dataset.validate_interval) == 0;
       auto stats = valid_due ? validate(epoch) : std::nullopt;
       bool best = record(stats);

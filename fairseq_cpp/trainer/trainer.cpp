@@ -137,6 +137,7 @@ StepStats Trainer::train_step(const std::vector<data::Batch>& samples) {
       {"loss", local.loss_sum},           {"nll_loss", local.nll_loss_sum}, {"sample_size", local.sample_size},
       {"ntokens", local.ntokens},         {"nsentences", local.nsentences}, {"n_correct", local.n_correct},
       {"ooms", static_cast<int64_t>(oom)}};
+  distributed::CollectiveScope vote("the logging outputs and out-of-memory vote");
   auto sums = distributed::all_reduce_dict(gang_, logs);
   StepStats stats;
   stats.loss.loss_sum = std::get<double>(sums.at("loss"));
@@ -279,6 +280,7 @@ void Trainer::check_parameters_agree() {
   torch::NoGradGuard no_grad;
   at::Tensor sum = at::zeros({1}, at::TensorOptions().dtype(at::kDouble).device(device_));
   for (const auto& p : params_) sum += p.to(at::kDouble).sum();
+  distributed::CollectiveScope checksums("the parameter checksums");
   at::Tensor all = gang_.all_gather(sum).to(at::kCPU).view({-1});  // (world,)
   double first = all[0].item<double>();
   bool agree = true;

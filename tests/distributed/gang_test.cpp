@@ -3,6 +3,8 @@
 
 #include <ATen/ATen.h>
 
+#include <chrono>
+#include <string>
 #include <thread>
 
 #include "fairseq_cpp/distributed/distributed_utils.h"
@@ -78,6 +80,41 @@ std::string run_threads(int n) {
 
 TEST(ProcessGroupGang, TwoRanksPassTheSuite) { EXPECT_EQ(run_threads(2), ""); }
 TEST(ProcessGroupGang, FourRanksPassTheSuite) { EXPECT_EQ(run_threads(4), ""); }
+
+// A collective that a rank never joins names what it was for and where training stood, from the
+// scopes it was started in (innermost first), within the gang's timeout.
+TEST(ProcessGroupGang, ATimedOutCollectiveNamesItsScopes) {
+  const int port = distributed::pick_free_port();
+  std::string error;
+  std::vector<std::thread> threads;
+  for (int r = 0; r < 2; ++r) {
+    threads.emplace_back([&, r] {
+      distributed::ProcessGroupOptions o;
+      o.master_port = port;
+      o.rank = r;
+      o.world_size = 2;
+      o.timeout_seconds = 2;
+      auto gang = distributed::make_process_group_gang(o);
+      if (r == 1) {
+        std::this_thread::sleep_for(std::chrono::seconds(4));  // never votes
+        return;
+      }
+      distributed::CollectiveScope at("update 12 of epoch 3");
+      try {
+        distributed::CollectiveScope vote("the stop vote");
+        distributed::any_flag(*gang, false);
+      } catch (const distributed::GangError& e) {
+        error = e.what();
+      }
+      EXPECT_EQ(distributed::CollectiveScope::describe(), " (update 12 of epoch 3)");
+    });
+  }
+  for (auto& t : threads) t.join();
+  EXPECT_NE(error.find("(the stop vote; update 12 of epoch 3) failed on rank 0 of 2 (group `default`): "),
+            std::string::npos)
+      << error;
+  EXPECT_EQ(distributed::CollectiveScope::describe(), "");
+}
 
 TEST(ProcessGroupGang, BadOptionsAreUserErrors) {
   ProcessGroupOptions o;

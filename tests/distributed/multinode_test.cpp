@@ -5,6 +5,9 @@
 // lane's torchrun). Needs root: CI runs as root.
 #include <gtest/gtest.h>
 
+#include <iostream>
+#include <regex>
+
 #include <signal.h>
 #include <unistd.h>
 
@@ -278,7 +281,12 @@ TEST_F(Multinode, ACutLinkStopsEveryRankWithinTheTimeoutAndTheSameCommandResumes
       EXPECT_NE(ranks[rank]->err().find(fmt::format("failed on rank {} of 2 (group `default`): ", rank)),
                 std::string::npos)
           << ranks[rank]->err();
-      // Each names the other, which it cannot reach.
+      // Each says which collective of which update it was ...
+      const std::string err = ranks[rank]->err();
+      EXPECT_TRUE(std::regex_search(err, std::regex(R"(\(.*(update [0-9]+ of epoch [0-9]+|end of epoch [0-9]+ at update [0-9]+)\) failed on rank )"))) << err;
+      std::smatch line;
+      if (std::regex_search(err, line, std::regex("fairseq-cpp-train: error: [^\n]*"))) std::cout << line[0] << "\n";
+      // ... and names the other, which it cannot reach.
       EXPECT_NE(ranks[rank]->err().find(fmt::format("; rank {} is unreachable (no answer from {} within 1 s)\n",
                                                     1 - rank, address(1 - rank))),
                 std::string::npos)

@@ -6,6 +6,9 @@
 #include <torch/csrc/distributed/c10d/TCPStore.hpp>
 
 #include <algorithm>
+#include <cerrno>
+#include <cstdlib>
+#include <cstring>
 #include <chrono>
 
 #include <fmt/format.h>
@@ -61,7 +64,7 @@ class ProcessGroupGang : public Gang {
       : store_(std::move(store)), name_(std::move(name)), rank_(rank), size_(size), options_(options) {
     auto group_store = c10::make_intrusive<c10d::PrefixStore>(name_, store_);
     try {
-      if (options_.device.is_cuda()) {
+      if (options_.backend == "nccl") {
         backend_ = make_nccl_backend(group_store, rank_, size_, to_ms(options_.timeout_seconds));
       } else {
         auto gloo = c10d::ProcessGroupGloo::Options::create(to_ms(options_.timeout_seconds));
@@ -75,7 +78,7 @@ class ProcessGroupGang : public Gang {
       raise<GangError>("joining process group `{}` failed on rank {} of {}{}: {}", name_, rank_, size_, bound(),
                        e.what());
     }
-    if (!options_.device.is_cuda() && size_ > 1) start_beacon();
+    if (options_.backend == "gloo" && size_ > 1) start_beacon();
   }
 
   int rank() const override { return rank_; }
@@ -153,7 +156,7 @@ class ProcessGroupGang : public Gang {
 
   // " (Gloo on interface=fsqv1 (...))": where this rank listens, when a join fails.
   std::string bound() const {
-    return options_.device.is_cuda() || options_.socket.empty() ? "" : " (Gloo on " + options_.socket.describe() + ")";
+    return options_.backend != "gloo" || options_.socket.empty() ? "" : " (Gloo on " + options_.socket.describe() + ")";
   }
 
   // This rank's beacon on its Gloo address, and every rank's endpoint (one all_gather, on every
@@ -244,12 +247,21 @@ std::shared_ptr<Gang> make_process_group_gang(const ProcessGroupOptions& options
     raise<UserError>("`distributed_training.timeout` must be greater than 0, but is {} instead.",
                      options.timeout_seconds);
   std::string backend = options.backend.empty() ? (options.device.is_cuda() ? "nccl" : "gloo") : options.backend;
-  if ((backend == "nccl") != options.device.is_cuda())
-    raise<UserError>("backend {} cannot run on {}: use gloo for the CPU and nccl for CUDA.", backend,
+  if (backend == "nccl" && !options.device.is_cuda())
+    raise<UserError>("backend nccl cannot run on {}: use gloo for the CPU (gloo or nccl for CUDA).",
                      options.device.str());
   ProcessGroupOptions resolved = options;
-  if (resolved.socket.empty() && !resolved.device.is_cuda())
+  resolved.backend = backend;
+  if (resolved.socket.empty())
     resolved.socket = choose_socket_interface(options.master_addr, "", gloo_socket_ifname_env());
+  // NCCL's own sockets (its bootstrap, and its transport between hosts without InfiniBand) on the
+  // same interface as Gloo's would be, unless the user chose with NCCL_SOCKET_IFNAME.
+  if (backend == "nccl" && !resolved.socket.empty()) {
+    std::string names;
+    for (const auto& name : resolved.socket.interfaces) names += (names.empty() ? "" : ",") + name;
+    if (setenv("NCCL_SOCKET_IFNAME", names.c_str(), /*overwrite=*/0) != 0)
+      raise<OperationalError>("cannot set NCCL_SOCKET_IFNAME: {}", std::strerror(errno));
+  }
   c10d::TCPStoreOptions store_options;
   store_options.port = static_cast<uint16_t>(options.master_port);
   store_options.isServer = options.rank == 0 && !options.store_served_elsewhere;

@@ -131,7 +131,7 @@ TEST(ProcessGroupGang, BadOptionsAreUserErrors) {
     make_process_group_gang(o);
     FAIL();
   } catch (const UserError& e) {
-    EXPECT_STREQ(e.what(), "backend nccl cannot run on cpu: use gloo for the CPU and nccl for CUDA.");
+    EXPECT_STREQ(e.what(), "backend nccl cannot run on cpu: use gloo for the CPU (gloo or nccl for CUDA).");
   }
 }
 

@@ -8,6 +8,7 @@
 #include <torch/torch.h>
 
 #include <cmath>
+#include <cstdlib>
 #include <thread>
 
 #include "fairseq_cpp/distributed/process_group_gang.h"
@@ -151,8 +152,11 @@ TEST(Cuda, NcclGangOfOneRunsTheCollectives) {
   o.master_port = distributed::pick_free_port();
   o.device = kCuda;
   o.timeout_seconds = 60;
+  const bool user_set = std::getenv("NCCL_SOCKET_IFNAME") != nullptr;
   auto gang = distributed::make_process_group_gang(o);
   EXPECT_TRUE(gang->device().is_cuda());
+  // NCCL's sockets on the interface Gloo's would use: loopback for a master on 127.0.0.1.
+  if (!user_set) EXPECT_STREQ(std::getenv("NCCL_SOCKET_IFNAME"), "lo");
   run_collectives(*gang);
 }
 

@@ -15,7 +15,9 @@
 //
 //   fsq_bench_train_step [--arch transformer|transformer_vaswani_wmt_en_de_big] [--vocab 32000]
 //       [--max-tokens 16384] [--len 64] [--bf16 1] [--iters 20] [--warmup 5] [--threads N]
-//       [--peak-tflops 989] [--cpu 1]
+//       [--peak-tflops 989] [--cpu 1] [--gemm 0]
+// `--arch multi30k` is the Multi30k preset's model (3+3 layers, d 256, 8,000 words). On the CPU it
+// also prints the GEMM-bound ceiling: a 2048^3 matrix product's FLOP rate on the same threads.
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
@@ -71,7 +73,7 @@ int64_t non_embedding_parameters(torch::nn::Module& model, const std::string& pr
 int main(int argc, char** argv) {
   core::reexec_with_cpu_runtime_settings(argc, argv);  // as the programs run: no spinning thread pools
   const std::string arch = text_flag(argc, argv, "--arch", "transformer");
-  const int64_t vocab = bench::flag(argc, argv, "--vocab", 32000);
+  const int64_t vocab = arch == "multi30k" ? 8000 : bench::flag(argc, argv, "--vocab", 32000);
   const int64_t max_tokens = bench::flag(argc, argv, "--max-tokens", 16384);
   const int64_t len = bench::flag(argc, argv, "--len", 64);
   const bool bf16 = bench::flag(argc, argv, "--bf16", 1) != 0;
@@ -84,11 +86,16 @@ int main(int argc, char** argv) {
   const c10::Device device = cuda ? c10::Device(c10::kCUDA, 0) : c10::Device(c10::kCPU);
 
   torch::manual_seed(0);
-  config::ModelConfig m;
-  m.arch = arch;
-  m.share_all_embeddings = true;
-  auto model = std::make_shared<models::TransformerModel>(models::resolve_transformer_options(m, config::TaskConfig{}),
-                                                          models::Vocabularies{vocab, vocab, 1, true});
+  std::shared_ptr<models::TransformerModel> model;
+  if (arch == "multi30k") {
+    model = bench::multi30k_model();  // the Multi30k preset's model (8,000 words)
+  } else {
+    config::ModelConfig m;
+    m.arch = arch;
+    m.share_all_embeddings = true;
+    model = std::make_shared<models::TransformerModel>(models::resolve_transformer_options(m, config::TaskConfig{}),
+                                                       models::Vocabularies{vocab, vocab, 1, true});
+  }
   model->to(device);
   const int64_t batch = std::max<int64_t>(1, max_tokens / len);
   data::Batch b;
@@ -161,5 +168,24 @@ int main(int argc, char** argv) {
   std::printf("%-34s %-5s %-6s %8lld %10.1f %12.0f %10.2f %9.1f %6.1f%%\n", arch.c_str(), bf16 ? "bf16" : "fp32",
               cuda ? "cuda" : "cpu", static_cast<long long>(batch * len), median_ms, tokens / (median_ms / 1000),
               peak_gib, tflops, cuda ? 100 * tflops / peak_tflops : 0.0);
+  // On the CPU: the GEMM-bound ceiling, from a large matrix product in the update's precision on
+  // the same threads (the share of the update's model FLOP rate in it).
+  if (!cuda && bench::flag(argc, argv, "--gemm", 1) != 0) {
+    const int64_t n = 2048;
+    const auto dtype = bf16 ? at::kBFloat16 : at::kFloat;
+    at::Tensor a = torch::randn({n, n}).to(dtype), b2 = torch::randn({n, n}).to(dtype);
+    at::mm(a, b2);
+    std::vector<double> s;
+    for (int i = 0; i < 5; ++i) {
+      const auto t0 = std::chrono::steady_clock::now();
+      at::mm(a, b2);
+      s.push_back(std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
+    }
+    std::sort(s.begin(), s.end());
+    const double gemm_tflops = 2.0 * n * n * n / s[s.size() / 2] / 1e12;
+    std::printf("GEMM %lldx%lldx%lld %s on %d threads: %.3f TFLOP/s; this update ran at %.0f%% of it\n",
+                static_cast<long long>(n), static_cast<long long>(n), static_cast<long long>(n),
+                bf16 ? "bf16" : "fp32", at::get_num_threads(), gemm_tflops, 100 * tflops / gemm_tflops);
+  }
   return 0;
 }

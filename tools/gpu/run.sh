@@ -12,7 +12,11 @@
 #
 #   tools/gpu/prepare.sh                                   # here, first: .gpu-deps/ and .gpu-shared
 #   device run: tools/gpu/run.sh $OUT                      # carry what prepare.sh prints
-#   tools/gpu/run.sh LOGDIR [--quick] [--shared DIR]       # DIR: shared/ (default: .gpu-shared, ../shared)
+#   tools/gpu/run.sh LOGDIR [--quick] [--shared DIR] [--steps LIST]
+#     DIR: shared/ (default: .gpu-shared, ../shared); LIST: some of build,tests,parity,generate,
+#     throughput (default all). A device call runs at most 10 minutes: on a fresh machine, call once
+#     with --steps build,tests and once with --steps parity,generate,throughput (the build folder
+#     stays on the warm machine between calls; the build step is needed by the others once).
 # Environment: PYTHON (default: python3 there, .venv/bin/python here), BUILD (default build-gpu; an
 # existing build folder is only rebuilt), JOBS.
 set -uo pipefail
@@ -22,10 +26,12 @@ logs=${1:?usage: tools/gpu/run.sh LOGDIR [--quick] [--shared DIR]}
 shift
 quick=0
 shared=
+steps=build,tests,parity,generate,throughput
 while [ $# -gt 0 ]; do
   case $1 in
     --quick) quick=1 ;;
     --shared) shared=$2; shift ;;
+    --steps) steps=$2; shift ;;
     *) echo "run.sh: unknown argument $1" >&2; exit 2 ;;
   esac
   shift
@@ -43,6 +49,7 @@ if [ -z "${PYTHON:-}" ]; then
 fi
 rows=()   # "step|result" for the table
 note() { rows+=("$1|$2"); echo "== $1: $2"; }
+want() { [[ ",$steps," == *",$1,"* ]]; }
 
 # --- what this machine is
 gpu=none
@@ -80,7 +87,9 @@ if [ ! -f "$build/build.ninja" ]; then
     { note "configure" "FAILED (configure.log)"; tail -30 "$logs/configure.log"; exit 1; }
 fi
 start=$(date +%s)
-if cmake --build "$build" -j "${JOBS:-$(nproc)}" >"$logs/build.log" 2>&1; then
+if ! want build && [ -x "$build/fairseq-cpp-train" ]; then
+  note "build" "not rebuilt (--steps $steps): $build"
+elif cmake --build "$build" -j "${JOBS:-$(nproc)}" >"$logs/build.log" 2>&1; then
   note "build" "ok in $(( $(date +%s) - start )) s ($build)"
 else
   note "build" "FAILED (build.log)"; grep -m5 -B2 -A8 'error' "$logs/build.log"; exit 1
@@ -95,12 +104,15 @@ tests() {  # NAME CTEST-ARGS...
   note "tests ($name)" "${summary:-did not finish (ctest-$name.log)}"
   grep -E '^\s+[0-9]+ - ' "$logs/ctest-$name.log" | head -10
 }
-if [ "$gpu" != none ]; then
+if ! want tests; then
+  :
+elif [ "$gpu" != none ]; then
   tests gpu -L gpu
+  tests unit -L unit
 else
   note "tests (gpu)" "not run: no GPU here (fsq_gpu_tests fail without CUDA, by design)"
+  tests unit -L unit
 fi
-tests unit -L unit
 
 # --- Multi30k parity: fp32 and bf16 on the device, fp32 on the CPU, validation loss at the end
 updates=$([ "$quick" = 1 ] && echo 20 || echo 544)
@@ -111,7 +123,9 @@ train() {  # NAME ARGS...
     dataset.validate_interval_updates="$updates" common.log_format=simple "$@" >"$logs/train-$name.log" 2>&1
   sed -n "s/.*valid on 'valid' subset | loss \([0-9.]*\).*/\1/p" "$logs/train-$name.log" | tail -1
 }
-if [ -d "$fixture/data-bin" ]; then
+if ! want parity; then
+  :
+elif [ -d "$fixture/data-bin" ]; then
   cpu_threads=$(( $(nproc) > 8 ? 8 : $(nproc) ))
   train cpu-fp32 common.cpu=true common.cpu_threads="$cpu_threads" >"$logs/loss-cpu" &
   cpu_job=$!
@@ -127,7 +141,7 @@ else
 fi
 
 # --- generation with the fixture checkpoint against fairseq's own output
-if [ -f "$fixture/checkpoint_best.pt" ]; then
+if want generate && [ -f "$fixture/checkpoint_best.pt" ]; then
   tools/fairseq-import "$fixture/checkpoint_best.pt" "$logs/imported.pt" >/dev/null 2>&1
   "$build/fairseq-cpp-generate" "$fixture/data-bin" --path "$logs/imported.pt" --gen-subset test --beam 5 \
     --batch-size 128 --remove-bpe sentencepiece >"$logs/generate.txt" 2>"$logs/generate.log"
@@ -157,6 +171,7 @@ else
   iters=(20 5)
 fi
 echo "arch precision device tokens/step step_ms tokens/s peak_GiB TFLOP/s MFU" >"$logs/throughput.txt"
+want throughput || sizes=()
 for size in "${sizes[@]}"; do
   read -r arch vocab tokens len <<<"$size"
   ours=$("$build/tools/bench/fsq_bench_train_step" --arch "$arch" --vocab "$vocab" --max-tokens "$tokens" --len "$len" \
@@ -165,7 +180,8 @@ for size in "${sizes[@]}"; do
   cpu_flag=$([ "$gpu" = none ] && echo cpu)
   eager=$("$PYTHON" tools/bench/train_step_ref.py "$arch" "$vocab" "$tokens" "$len" bf16 "${iters[0]}" "${iters[1]}" \
     $cpu_flag 2>>"$logs/throughput.log")
-  compiled=$([ "$gpu" = none ] && echo "- -" || "$PYTHON" tools/bench/train_step_ref.py "$arch" "$vocab" "$tokens" \
+  # torch.compile takes minutes per shape: at the 16,384-token sizes only.
+  compiled=$([ "$gpu" = none ] || [ "$tokens" != 16384 ] && echo "- -" || "$PYTHON" tools/bench/train_step_ref.py "$arch" "$vocab" "$tokens" \
     "$len" bf16 "${iters[0]}" "${iters[1]}" compile 2>>"$logs/throughput.log")
   read -r _ _ _ _ _ our_tps our_gib _ our_mfu <<<"$ours"
   read -r eager_tps _ <<<"$eager"

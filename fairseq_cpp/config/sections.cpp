@@ -294,6 +294,9 @@ void describe(PreprocessConfig& c, Section& s) {
   s.add("spm_vocab_size", &c.spm_vocab_size, "train a SentencePiece model of this vocab size (0 = do not)").at_least(0);
   s.add("spm_model_type", &c.spm_model_type, "SentencePiece model type").one_of({"unigram", "bpe", "char", "word"});
   s.add("spm_character_coverage", &c.spm_character_coverage, "SentencePiece character coverage").in_range(0, 1);
+  s.add("spm_input_sentence_size", &c.spm_input_sentence_size,
+        "train SentencePiece on a sample of this many sentences, drawn with a fixed seed (0 = every sentence)")
+      .at_least(0);
 }
 
 void describe(InteractiveConfig& c, Section& s) {

@@ -282,6 +282,9 @@ struct PreprocessConfig {
   int64_t spm_vocab_size = 0;              // train a SentencePiece model of this vocab size; 0 = do not
   std::string spm_model_type = "unigram";  // SentencePiece model type: unigram | bpe | char | word
   double spm_character_coverage = 1.0;     // SentencePiece character coverage
+  // Train on a sample of this many sentences (of all languages together), drawn with a fixed seed:
+  // SentencePiece's memory grows with what it loads. 0 = every sentence.
+  int64_t spm_input_sentence_size = 2000000;
 };
 void describe(PreprocessConfig& c, Section& s);
 

@@ -145,6 +145,9 @@ void train_sentencepiece(const SpmTrainOptions& options) {
       {"vocab_size", std::to_string(options.vocab_size)},
       {"model_type", options.model_type},
       {"character_coverage", std::to_string(options.character_coverage)},
+      {"input_sentence_size", std::to_string(options.input_sentence_size)},
+      {"shuffle_input_sentence", "true"},
+      {"random_seed", std::to_string(options.random_seed)},
   };
   std::vector<const char*> names, values;
   for (const auto& [name, value] : flags) {

@@ -49,6 +49,8 @@ struct SpmTrainOptions {
   int64_t vocab_size = 8000;           // pieces in the model
   std::string model_type = "unigram";  // unigram | bpe | char | word
   double character_coverage = 1.0;     // share of characters covered by the model
+  int64_t input_sentence_size = 0;     // > 0: train on a sample of this many sentences (seeded)
+  uint32_t random_seed = 1;            // the sample's seed (SentencePiece's default is the clock)
 };
 
 // Trains a model (spm_train). Throws UserError with SentencePiece's reason on failure.

@@ -74,6 +74,12 @@ __attribute__((visibility("default"))) int fsq_spm_train(const char* const* name
                                                          char* err, size_t err_size) {
   std::unordered_map<std::string, std::string> kwargs;
   for (size_t i = 0; i < n; ++i) kwargs[names[i]] = values[i];
+  // spm_train's --random_seed is no trainer field: it seeds SentencePiece's generator (the sample
+  // of --input_sentence_size among others), as spm_train does before training.
+  if (auto seed = kwargs.find("random_seed"); seed != kwargs.end()) {
+    sentencepiece::SetRandomGeneratorSeed(static_cast<unsigned int>(std::stoul(seed->second)));
+    kwargs.erase(seed);
+  }
   auto status = sentencepiece::SentencePieceTrainer::Train(kwargs);
   if (!status.ok()) {
     set_error(err, err_size, status.ToString());

@@ -50,6 +50,7 @@ PreprocessOptions preprocess_options(const config::Config& cfg) {
   o.spm_vocab_size = p.spm_vocab_size;
   o.spm_model_type = p.spm_model_type;
   o.spm_character_coverage = p.spm_character_coverage;
+  o.spm_input_sentence_size = p.spm_input_sentence_size;
   return o;
 }
 
@@ -169,6 +170,7 @@ void preprocess(const PreprocessOptions& o) {
     train.vocab_size = o.spm_vocab_size;
     train.model_type = o.spm_model_type;
     train.character_coverage = o.spm_character_coverage;
+    train.input_sentence_size = o.spm_input_sentence_size;
     log::info("preprocess", "training a {} SentencePiece model of {} pieces on {}", o.spm_model_type, o.spm_vocab_size,
               fmt::join(train.inputs, ", "));
     data::train_sentencepiece(train);

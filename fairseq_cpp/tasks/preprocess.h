@@ -33,6 +33,7 @@ struct PreprocessOptions {
   int64_t spm_vocab_size = 0;              // > 0: train a joint model of this size first (destdir/spm.model)
   std::string spm_model_type = "unigram";  // SentencePiece model type for training
   double spm_character_coverage = 1.0;     // SentencePiece character coverage for training
+  int64_t spm_input_sentence_size = 2000000;  // sentences SentencePiece trains on (a seeded sample); 0 = all
 };
 
 PreprocessOptions preprocess_options(const config::Config& cfg);

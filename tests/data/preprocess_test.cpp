@@ -121,6 +121,31 @@ TEST(Preprocess, TrainsSentencePieceAndRecordsTheModel) {
   EXPECT_EQ(decoded + "\n", pieces.out);
 }
 
+// --spm-input-sentence-size: SentencePiece trains on a seeded sample of the sentences, the same
+// sample each time, as spm_train does with the same flags (its vocabulary, piece by piece).
+TEST(Preprocess, TrainsSentencePieceOnASeededSampleAsSpmTrainDoes) {
+  TempDir dir;
+  decompress(dir.path());
+  auto preprocess = [&](const std::string& dest, const std::string& sample) {
+    auto r = run({program("fairseq-cpp-preprocess"), "--source-lang", "en", "--target-lang", "de", "--trainpref",
+                  dir.path() + "/raw/val", "--destdir", dir.path() + "/" + dest, "--joined-dictionary",
+                  "--spm-vocab-size", "300", "--spm-model-type", "bpe", "--spm-input-sentence-size", sample});
+    ASSERT_EQ(r.exit_code, 0) << r.err;
+  };
+  preprocess("a", "500");
+  preprocess("b", "500");
+  preprocess("all", "0");
+  const std::string a = read_file(dir.path() + "/a/spm.vocab");
+  EXPECT_EQ(a, read_file(dir.path() + "/b/spm.vocab"));
+  EXPECT_NE(a, read_file(dir.path() + "/all/spm.vocab")) << "the sample changed nothing";
+  auto r = run({"/bin/sh", "-c",
+                "spm_train --input=" + dir.path() + "/raw/val.en," + dir.path() + "/raw/val.de --model_prefix=" +
+                    dir.path() + "/ref --vocab_size=300 --model_type=bpe --character_coverage=1.0 "
+                    "--input_sentence_size=500 --shuffle_input_sentence=true --random_seed=1"});
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_EQ(a, read_file(dir.path() + "/ref.vocab"));
+}
+
 struct BadInput {
   const char* name;
   std::vector<std::pair<std::string, std::string>> files;  // name -> content

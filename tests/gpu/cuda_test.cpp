@@ -9,6 +9,7 @@
 
 #include <cmath>
 #include <cstdlib>
+#include <functional>
 #include <thread>
 
 #include "fairseq_cpp/distributed/process_group_gang.h"
@@ -146,22 +147,9 @@ void run_collectives(distributed::Gang& gang) {
   gang.barrier();
 }
 
-TEST(Cuda, NcclGangOfOneRunsTheCollectives) {
-  ASSERT_TRUE(torch::cuda::is_available());
-  distributed::ProcessGroupOptions o;
-  o.master_port = distributed::pick_free_port();
-  o.device = kCuda;
-  o.timeout_seconds = 60;
-  const bool user_set = std::getenv("NCCL_SOCKET_IFNAME") != nullptr;
-  auto gang = distributed::make_process_group_gang(o);
-  EXPECT_TRUE(gang->device().is_cuda());
-  // NCCL's sockets on the interface Gloo's would use: loopback for a master on 127.0.0.1.
-  if (!user_set) EXPECT_STREQ(std::getenv("NCCL_SOCKET_IFNAME"), "lo");
-  run_collectives(*gang);
-}
-
-TEST(Cuda, TwoGlooRanksCarryCudaTensors) {
-  ASSERT_TRUE(torch::cuda::is_available());
+// Runs `body(rank, gang)` on 2 ranks, threads of one Gloo gang whose tensors live on cuda:0; an
+// exception on a rank fails the test and names the rank.
+void on_two_gloo_cuda_ranks(const std::function<void(int, distributed::Gang&)>& body) {
   const int port = distributed::pick_free_port();
   std::vector<std::thread> threads;
   for (int r = 0; r < 2; ++r) {
@@ -175,13 +163,34 @@ TEST(Cuda, TwoGlooRanksCarryCudaTensors) {
         o.backend = "gloo";
         o.timeout_seconds = 60;
         auto gang = distributed::make_process_group_gang(o);
-        run_collectives(*gang);
+        body(r, *gang);
       } catch (const std::exception& e) {
         ADD_FAILURE() << "rank " << r << ": " << e.what();
       }
     });
   }
   for (auto& t : threads) t.join();
+}
+
+TEST(Cuda, NcclGangOfOneRunsTheCollectives) {
+  ASSERT_TRUE(torch::cuda::is_available());
+  distributed::ProcessGroupOptions o;
+  o.master_port = distributed::pick_free_port();
+  o.device = kCuda;
+  o.timeout_seconds = 60;
+  const bool user_set = std::getenv("NCCL_SOCKET_IFNAME") != nullptr;
+  auto gang = distributed::make_process_group_gang(o);
+  EXPECT_TRUE(gang->device().is_cuda());
+  // NCCL's sockets on the interface Gloo's would use: loopback for a master on 127.0.0.1.
+  if (!user_set) {
+    EXPECT_STREQ(std::getenv("NCCL_SOCKET_IFNAME"), "lo");
+  }
+  run_collectives(*gang);
+}
+
+TEST(Cuda, TwoGlooRanksCarryCudaTensors) {
+  ASSERT_TRUE(torch::cuda::is_available());
+  on_two_gloo_cuda_ranks([](int, distributed::Gang& gang) { run_collectives(gang); });
 }
 
 // Gradient buckets on CUDA gradients, started by backward's hooks (on the autograd engine's
@@ -195,30 +204,13 @@ TEST(Cuda, BucketsAllReducedDuringBackwardOnCuda) {
   auto cpu = make_trainer(cpu_model, one, optim::Precision::kFloat32);
   for (int n = 0; n < 2; ++n) cpu->train_step({batches[0][n], batches[1][n]});
   std::vector<std::shared_ptr<models::TransformerModel>> models{make_model(kCuda), make_model(kCuda)};
-  const int port = distributed::pick_free_port();
   std::vector<int64_t> started(2);
-  std::vector<std::thread> threads;
-  for (int r = 0; r < 2; ++r) {
-    threads.emplace_back([&, r] {
-      try {
-        distributed::ProcessGroupOptions o;
-        o.master_port = port;
-        o.rank = r;
-        o.world_size = 2;
-        o.device = kCuda;
-        o.backend = "gloo";
-        o.timeout_seconds = 60;
-        auto gang = distributed::make_process_group_gang(o);
-        auto trainer = make_trainer(models[static_cast<size_t>(r)], *gang, optim::Precision::kFloat32);
-        for (int n = 0; n < 2; ++n)
-          started[static_cast<size_t>(r)] =
-              trainer->train_step({batches[static_cast<size_t>(r)][static_cast<size_t>(n)]}).buckets_started_by_backward;
-      } catch (const std::exception& e) {
-        ADD_FAILURE() << "rank " << r << ": " << e.what();
-      }
-    });
-  }
-  for (auto& t : threads) t.join();
+  on_two_gloo_cuda_ranks([&](int r, distributed::Gang& gang) {
+    auto trainer = make_trainer(models[static_cast<size_t>(r)], gang, optim::Precision::kFloat32);
+    for (int n = 0; n < 2; ++n)
+      started[static_cast<size_t>(r)] =
+          trainer->train_step({batches[static_cast<size_t>(r)][static_cast<size_t>(n)]}).buckets_started_by_backward;
+  });
   EXPECT_GT(started[0], 0);
   EXPECT_EQ(started[0], started[1]);
   EXPECT_EQ(max_relative_difference(*models[0], *models[1]), 0.0);

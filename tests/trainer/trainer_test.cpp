@@ -120,6 +120,29 @@ void train_on_threads(int n, const std::vector<std::vector<std::vector<data::Bat
   for (auto& t : threads) t.join();
 }
 
+// Runs `body(rank, gang)` on `n` ranks, threads of one Gloo gang on a fresh port with a collective
+// timeout of `timeout` seconds; an exception on a rank fails the test and names the rank.
+void on_ranks(int n, double timeout, const std::function<void(int, distributed::Gang&)>& body) {
+  const int port = distributed::pick_free_port();
+  std::vector<std::thread> threads;
+  for (int r = 0; r < n; ++r) {
+    threads.emplace_back([&, r] {
+      try {
+        distributed::ProcessGroupOptions o;
+        o.master_port = port;
+        o.rank = r;
+        o.world_size = n;
+        o.timeout_seconds = timeout;
+        auto gang = distributed::make_process_group_gang(o);
+        body(r, *gang);
+      } catch (const std::exception& e) {
+        ADD_FAILURE() << "rank " << r << ": " << e.what();
+      }
+    });
+  }
+  for (auto& t : threads) t.join();
+}
+
 TEST(Trainer, TwoWorkersEqualOneWorkerWithUpdateFreqTwo) {
   const int steps = 4;
   std::vector<std::vector<data::Batch>> batches;  // [step] -> {A, B}
@@ -639,28 +662,17 @@ TEST(Trainer, Fp16FallbackRedoesTheUpdateAtTheMinimumScaleThenReturnsToFp16) {
 TEST(Trainer, Fp16FallbackToBf16IsTakenByEveryRankAlike) {
   std::vector<std::shared_ptr<FaultyModel>> workers{make_faulty_model(), make_faulty_model()};
   auto fp32_model = make_faulty_model();
-  int port = distributed::pick_free_port();
   std::vector<std::vector<StepStats>> stats(2);
   std::map<int, data::Batch> batches;  // made here, not in the threads: one global generator
   for (int n = 1; n <= 5; ++n)
     for (int r = 0; r < 2; ++r) batches[10 * n + r] = make_batch(3, 2000 + 10 * n + r);
-  std::vector<std::thread> threads;
-  for (int r = 0; r < 2; ++r) {
-    threads.emplace_back([&, r] {
-      distributed::ProcessGroupOptions o;
-      o.master_port = port;
-      o.rank = r;
-      o.world_size = 2;
-      o.timeout_seconds = 60;
-      auto gang = distributed::make_process_group_gang(o);
-      auto trainer = make_fp16_trainer(workers[r], *gang, optim::Precision::kBFloat16);
-      for (int n = 1; n <= 5; ++n) {
-        if (r == 1 && (n == 2 || n == 3)) workers[r]->nan_passes = 1;
-        stats[r].push_back(trainer->train_step({batches.at(10 * n + r)}));
-      }
-    });
-  }
-  for (auto& t : threads) t.join();
+  on_ranks(2, 60, [&](int r, distributed::Gang& gang) {
+    auto trainer = make_fp16_trainer(workers[r], gang, optim::Precision::kBFloat16);
+    for (int n = 1; n <= 5; ++n) {
+      if (r == 1 && (n == 2 || n == 3)) workers[r]->nan_passes = 1;
+      stats[r].push_back(trainer->train_step({batches.at(10 * n + r)}));
+    }
+  });
   for (int r = 0; r < 2; ++r) {
     const auto& s = stats[r];
     ASSERT_EQ(s.size(), 5u);
@@ -692,26 +704,14 @@ TEST(Trainer, BucketsAllReducedDuringBackwardGiveTheSameUpdate) {
     for (int n = 0; n < 3; ++n)
       batches[static_cast<size_t>(r)].push_back(
           {make_batch(3 + r, 2100 + 10 * n + 2 * r), make_batch(4, 2101 + 10 * n + 2 * r)});
-  std::vector<std::thread> threads;
   for (bool overlap : {true, false}) {
     auto& models = overlap ? overlapped : after;
-    int group_port = distributed::pick_free_port();
-    for (int r = 0; r < 2; ++r) {
-      threads.emplace_back([&, r, overlap, group_port] {
-        distributed::ProcessGroupOptions o;
-        o.master_port = group_port;
-        o.rank = r;
-        o.world_size = 2;
-        o.timeout_seconds = 60;
-        auto gang = distributed::make_process_group_gang(o);
-        auto trainer = make_trainer(models[static_cast<size_t>(r)], *gang, 0, std::nullopt,
-                                    optim::Precision::kFloat32, overlap);
-        for (const auto& group : batches[static_cast<size_t>(r)])
-          stats[static_cast<size_t>(r + (overlap ? 0 : 2))].push_back(trainer->train_step(group));
-      });
-    }
-    for (auto& t : threads) t.join();
-    threads.clear();
+    on_ranks(2, 60, [&](int r, distributed::Gang& gang) {
+      auto trainer = make_trainer(models[static_cast<size_t>(r)], gang, 0, std::nullopt, optim::Precision::kFloat32,
+                                  overlap);
+      for (const auto& group : batches[static_cast<size_t>(r)])
+        stats[static_cast<size_t>(r + (overlap ? 0 : 2))].push_back(trainer->train_step(group));
+    });
   }
   for (int r = 0; r < 2; ++r) {
     for (int n = 0; n < 3; ++n) {
@@ -733,35 +733,24 @@ TEST(Trainer, BucketsAllReducedDuringBackwardGiveTheSameUpdate) {
 // which bucket at which update, within the gang's timeout.
 TEST(Trainer, AMissingBucketAllReduceNamesItself) {
   std::vector<std::shared_ptr<models::TransformerModel>> models{make_model(), make_model()};
-  int port = distributed::pick_free_port();
   std::string error;
   double seconds = 0;
   const std::vector<data::Batch> batches{make_batch(3, 2200), make_batch(3, 2201), make_batch(3, 2300)};
-  std::vector<std::thread> threads;
-  for (int r = 0; r < 2; ++r) {
-    threads.emplace_back([&, r] {
-      distributed::ProcessGroupOptions o;
-      o.master_port = port;
-      o.rank = r;
-      o.world_size = 2;
-      o.timeout_seconds = 3;
-      auto gang = distributed::make_process_group_gang(o);
-      auto trainer = make_trainer(models[static_cast<size_t>(r)], *gang);
-      trainer->train_step({batches[static_cast<size_t>(r)]});
-      if (r == 1) {
-        std::this_thread::sleep_for(std::chrono::seconds(6));  // rank 1 never starts update 2
-        return;
-      }
-      const auto t0 = std::chrono::steady_clock::now();
-      try {
-        trainer->train_step({batches[2]});
-      } catch (const distributed::GangError& e) {
-        error = e.what();
-      }
-      seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-    });
-  }
-  for (auto& t : threads) t.join();
+  on_ranks(2, 3, [&](int r, distributed::Gang& gang) {
+    auto trainer = make_trainer(models[static_cast<size_t>(r)], gang);
+    trainer->train_step({batches[static_cast<size_t>(r)]});
+    if (r == 1) {
+      std::this_thread::sleep_for(std::chrono::seconds(6));  // rank 1 never starts update 2
+      return;
+    }
+    const auto t0 = std::chrono::steady_clock::now();
+    try {
+      trainer->train_step({batches[2]});
+    } catch (const distributed::GangError& e) {
+      error = e.what();
+    }
+    seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  });
   EXPECT_NE(error.find("all-reduce of gradient bucket 1 of "), std::string::npos) << error;
   EXPECT_NE(error.find(" at update 2 failed on rank 0 of 2"), std::string::npos) << error;
   EXPECT_LT(seconds, 3 + 2.5) << error;

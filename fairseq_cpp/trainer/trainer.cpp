@@ -137,8 +137,10 @@ StepStats Trainer::train_step(const std::vector<data::Batch>& samples) {
       {"loss", local.loss_sum},           {"nll_loss", local.nll_loss_sum}, {"sample_size", local.sample_size},
       {"ntokens", local.ntokens},         {"nsentences", local.nsentences}, {"n_correct", local.n_correct},
       {"ooms", static_cast<int64_t>(oom)}};
-  distributed::CollectiveScope vote("the logging outputs and out-of-memory vote");
-  auto sums = distributed::all_reduce_dict(gang_, logs);
+  auto sums = [&] {
+    distributed::CollectiveScope vote("the logging outputs and out-of-memory vote");
+    return distributed::all_reduce_dict(gang_, logs);
+  }();
   StepStats stats;
   stats.loss.loss_sum = std::get<double>(sums.at("loss"));
   stats.loss.nll_loss_sum = std::get<double>(sums.at("nll_loss"));
@@ -253,6 +255,7 @@ double Trainer::all_reduce_gradients(double denominator, bool one_term) {
   // micro-batches were all dummies adds zeros.
   const auto t0 = std::chrono::steady_clock::now();
   if (!buckets_ && gang_.size() > 1) {
+    distributed::CollectiveScope after("the gradient buckets' all-reduce after backward");
     const int64_t cap = bucket_scalars();
     const int64_t total = grad_sum_.numel();
     for (int64_t start = 0; start < total; start += cap) {

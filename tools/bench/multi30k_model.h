@@ -12,12 +12,18 @@
 
 namespace fairseq_cpp::bench {
 
-// The value after `name` on the command line, or `fallback`.
-inline int64_t flag(int argc, char** argv, const std::string& name, int64_t fallback) {
+// The text after `name` on the command line, or `fallback`.
+inline std::string text_flag(int argc, char** argv, const std::string& name, const std::string& fallback) {
   for (int i = 1; i + 1 < argc; ++i) {
-    if (argv[i] == name) return std::stoll(argv[i + 1]);
+    if (argv[i] == name) return argv[i + 1];
   }
   return fallback;
+}
+
+// The integer after `name` on the command line, or `fallback`.
+inline int64_t flag(int argc, char** argv, const std::string& name, int64_t fallback) {
+  const std::string text = text_flag(argc, argv, name, "");
+  return text.empty() ? fallback : std::stoll(text);
 }
 
 // The model, initialized from seed 0.

@@ -44,15 +44,11 @@ using namespace fairseq_cpp;
 
 namespace {
 
-std::string text_flag(int argc, char** argv, const std::string& name, const std::string& fallback) {
-  for (int i = 1; i + 1 < argc; ++i) {
-    if (argv[i] == name) return argv[i + 1];
-  }
-  return fallback;
-}
+using bench::text_flag;
 
 double double_flag(int argc, char** argv, const std::string& name, double fallback) {
-  return std::stod(text_flag(argc, argv, name, std::to_string(fallback)));
+  const std::string text = text_flag(argc, argv, name, "");
+  return text.empty() ? fallback : std::stod(text);
 }
 
 // Parameters under `prefix` ("encoder." / "decoder.") other than the token embeddings and the

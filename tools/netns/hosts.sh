@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Test hosts on this machine (issue 20): N network namespaces fsqh0..fsqh<N-1>, each with loopback
 # up and one veth interface fsqv<I> at 10.213.77.<I+1>/24, all joined by a bridge that lives in a
-# namespace of its own (fsqhub): nothing is added to, or changed in, the machine's own namespace.
+# namespace of its own (fsqhhub): nothing is added to, or changed in, the machine's own namespace.
 # Each host's /etc/netns/fsqh<I>/hosts (bind-mounted over /etc/hosts by `ip netns exec`) maps every
 # test host's name to its veth address. Needs root.
 #
@@ -11,11 +11,12 @@
 #
 # `up` starts from a clean state (it runs `down` first), so both are idempotent. Tests call `up`
 # with `down` in a trap. FSQ_NETNS_SUBNET=A.B.C picks another /24; `up` refuses a subnet that an
-# address or a route of this machine already covers.
+# address or a route of this machine already covers. FSQ_NETNS_PREFIX=NAME names the hosts NAME0,
+# NAME1, ... and their hub NAMEhub instead (a second, independent set: `down` removes only its own).
 set -euo pipefail
 
-prefix=fsqh
-hub=fsqhub
+prefix=${FSQ_NETNS_PREFIX:-fsqh}
+hub=${prefix}hub
 subnet=${FSQ_NETNS_SUBNET:-10.213.77}
 max_hosts=200
 
@@ -27,6 +28,11 @@ usage() {
 fail() {
   echo "hosts.sh: $*" >&2
   exit "${code:-1}"
+}
+
+[[ "$prefix" =~ ^[a-z][a-z0-9]{0,7}$ ]] || {
+  echo "hosts.sh: FSQ_NETNS_PREFIX must be a lower-case name of 1-8 letters and digits, not \`$prefix'" >&2
+  exit 2
 }
 
 need_root() {

@@ -78,6 +78,10 @@ void describe(DistributedTrainingConfig& c, Section& s) {
   s.add("socket_ifname", &c.socket_ifname,
         "network interface(s) for Gloo, comma-separated (empty = GLOO_SOCKET_IFNAME, else the one that routes to the "
         "master)");
+  s.add("keep_global_batch", &c.keep_global_batch,
+        "keep the run's global batch when it resumes with another number of workers (an elastic restart on fewer "
+        "or more hosts): `optimization.update_freq` is meant for the world size the run started with, and is "
+        "scaled by that size / the current one");
 }
 
 void describe(DatasetConfig& c, Section& s) {

@@ -74,6 +74,8 @@ struct DistributedTrainingConfig {
   std::string ddp_backend = "pytorch_ddp";  // fairseq's DDP implementation; all average the same gradients here
   // network interface(s) for Gloo, comma-separated; empty = GLOO_SOCKET_IFNAME, else the one that routes to the master
   std::string socket_ifname;
+  // on a resume with another number of workers, scale update_freq to keep the run's global batch
+  bool keep_global_batch = false;
 };
 void describe(DistributedTrainingConfig& c, Section& s);
 

@@ -9,6 +9,7 @@
 #include <regex>
 
 #include <fmt/format.h>
+#include <fmt/ranges.h>
 #include <nlohmann/json.hpp>
 #include <torch/torch.h>
 
@@ -265,6 +266,30 @@ int train_translation(const config::Config& cfg, distributed::Gang& gang) {
   if (paths.size() > 1) data::check_data_directories(paths, cfg.dataset.train_subset, src, tgt);
   data::LanguagePairOptions pair = language_pair_options(task, task, src_dict);
 
+  // The checkpoint to resume from, read first: its global batch can change the update frequency.
+  std::string restore = ckpt_cfg.restore_file;
+  if (restore == "checkpoint_last.pt") restore = (fs::path(ckpt_cfg.save_dir) / restore).string();
+  std::optional<checkpoint::StateDict> resume;
+  if (fs::exists(restore, ec))
+    resume = checkpoint::load_file(restore);
+  else if (ckpt_cfg.restore_file != "checkpoint_last.pt")
+    raise<UserError>("`checkpoint.restore_file` {} does not exist.", restore);
+  const auto [saved_world, saved_batches] =
+      resume ? trainer::saved_global_batch(*resume, restore) : std::pair<int64_t, int64_t>{0, 0};
+  // The world size that update_freq is meant for, and the update frequency of each epoch here.
+  const int64_t batch_world =
+      cfg.distributed_training.keep_global_batch && saved_world > 0 ? saved_world : gang.size();
+  const std::vector<int64_t> update_freqs =
+      trainer::keep_global_batch(optimization.update_freq, batch_world, gang.size());
+  auto update_freq_of = [&](int64_t epoch) {
+    return update_freqs[std::min<size_t>(static_cast<size_t>(std::max<int64_t>(1, epoch) - 1), update_freqs.size() - 1)];
+  };
+  if (batch_world != gang.size())
+    log::info("train", "keep_global_batch: {} was written by a run of {} workers; with {} workers, update_freq {} "
+              "becomes {} (the same {} batches per update)", restore, batch_world, gang.size(),
+              fmt::join(optimization.update_freq, ","), fmt::join(update_freqs, ","),
+              batch_world * optimization.update_freq[0]);
+
   // Model and numerics.
   models::Vocabularies vocab{src_dict.size(), tgt_dict.size(), src_dict.pad(),
                              src_dict.to_text() == tgt_dict.to_text()};
@@ -293,7 +318,7 @@ int train_translation(const config::Config& cfg, distributed::Gang& gang) {
     optim::LossScalerOptions scaler;
     scaler.init_scale = static_cast<double>(common.fp16_init_scale);
     scaler.scale_window = common.fp16_scale_window.value_or(
-        std::max<int64_t>(1, (1 << 14) / gang.size() / optimization.update_freq[0]));
+        std::max<int64_t>(1, (1 << 14) / gang.size() / update_freqs[0]));
     scaler.tolerance = common.fp16_scale_tolerance;
     scaler.threshold = common.threshold_loss_scale;
     scaler.min_loss_scale = common.min_loss_scale;
@@ -375,12 +400,11 @@ int train_translation(const config::Config& cfg, distributed::Gang& gang) {
 
   // Resume.
   trainer::TrainingState state;
-  std::string restore = ckpt_cfg.restore_file;
-  if (restore == "checkpoint_last.pt") restore = (fs::path(ckpt_cfg.save_dir) / restore).string();
-  if (fs::exists(restore, ec)) {
+  if (resume) {
     trainer::RestoreOptions ro{ckpt_cfg.reset_optimizer, ckpt_cfg.reset_lr_scheduler, ckpt_cfg.reset_dataloader,
                                ckpt_cfg.reset_meters};
-    state = trainer::restore_checkpoint(checkpoint::load_file(restore), restore, trainer, ro);
+    state = trainer::restore_checkpoint(*resume, restore, trainer, ro);
+    resume.reset();
     const data::IteratorState& cursor = state.iterator;
     if (cursor.epoch > 0 && cursor.data_shards != epoch_itr.data_shards())
       raise<UserError>("{} continues epoch {} on data directory {} of {}, but `task.data` {} lists {}; resume with the "
@@ -390,8 +414,11 @@ int train_translation(const config::Config& cfg, distributed::Gang& gang) {
     if (cursor.epoch > 0) epoch_itr.load_state(cursor);
     log::info("checkpoint", "loaded {} (epoch {} @ {} updates)", restore, std::max<int64_t>(1, state.iterator.epoch),
               state.num_updates);
-  } else if (ckpt_cfg.restore_file != "checkpoint_last.pt") {
-    raise<UserError>("`checkpoint.restore_file` {} does not exist.", restore);
+    const int64_t now_batches = gang.size() * update_freq_of(state.iterator.epoch);
+    if (saved_batches > 0 && saved_batches != now_batches)
+      log::warning("train", "{} was written with {} batches per update; this run takes {} ({} workers x update_freq "
+                   "{}): set distributed_training.keep_global_batch=true to keep the run's global batch",
+                   restore, saved_batches, now_batches, gang.size(), update_freq_of(state.iterator.epoch));
   } else {
     log::info("checkpoint", "no checkpoint found in {}: starting from scratch", ckpt_cfg.save_dir);
   }
@@ -485,13 +512,14 @@ int train_translation(const config::Config& cfg, distributed::Gang& gang) {
   };
   auto sync_state = [&](bool end_of_epoch) {
     state.num_updates = trainer.num_updates();
+    state.batch_world_size = batch_world;
+    state.update_batches = gang.size() * update_freq_of(epoch_itr.epoch());
     state.iterator = epoch_itr.state();
     if (end_of_epoch) state.iterator = epoch_itr.next_epoch_state();
   };
 
   const int64_t max_epoch = optimization.max_epoch > 0 ? optimization.max_epoch : INT64_MAX;
   const int64_t max_update = optimization.max_update > 0 ? optimization.max_update : INT64_MAX;
-  const auto& update_freqs = optimization.update_freq;
   bool done = trainer.num_updates() >= max_update;
   double allreduce_wait = 0, step_seconds = 0;  // this run's, for the closing line
   while (!done) {
@@ -500,7 +528,7 @@ int train_translation(const config::Config& cfg, distributed::Gang& gang) {
     // fairseq's curriculum: the first `curriculum` epochs keep the batches in length order.
     data::EpochIterator& itr = epoch_itr.next_epoch_itr(epoch_itr.next_epoch_idx() > cfg.dataset.curriculum);
     const int64_t epoch = epoch_itr.epoch();
-    const int64_t update_freq = update_freqs[std::min<size_t>(static_cast<size_t>(epoch - 1), update_freqs.size() - 1)];
+    const int64_t update_freq = update_freq_of(epoch);
     core::ProgressOptions po;
     po.format = gang.rank() == 0 ? core::parse_log_format(cfg.common.no_progress_bar ? "none" : cfg.common.log_format,
                                                           isatty(STDERR_FILENO) != 0)

@@ -1,5 +1,7 @@
 #include "fairseq_cpp/trainer/training_state.h"
 
+#include <tuple>
+
 #include <ATen/ATen.h>
 #include <ATen/core/Dict.h>
 #include <ATen/core/ivalue.h>
@@ -49,6 +51,8 @@ checkpoint::StateDict make_checkpoint(Trainer& trainer, const TrainingState& sta
   extra.insert("best", state.best.value_or(0.0));
   extra.insert("bad_validations", state.bad_validations);
   extra.insert("wall_seconds", state.wall_seconds);
+  if (state.batch_world_size > 0) extra.insert("batch_world_size", state.batch_world_size);
+  if (state.update_batches > 0) extra.insert("update_batches", state.update_batches);
   if (optim::DynamicLossScaler* scaler = trainer.loss_scaler()) {
     const optim::LossScalerState& ls = scaler->state();
     checkpoint::StateDict d = checkpoint::new_state_dict();
@@ -81,6 +85,7 @@ TrainingState restore_checkpoint(const checkpoint::StateDict& ckpt, const std::s
   if (get(extra, "has_best", path).toBool()) state.best = get(extra, "best", path).toDouble();
   state.bad_validations = get_int(extra, "bad_validations", path);
   if (!options.reset_meters) state.wall_seconds = get(extra, "wall_seconds", path).toDouble();
+  std::tie(state.batch_world_size, state.update_batches) = saved_global_batch(ckpt, path);
   if (!options.reset_dataloader) {
     checkpoint::StateDict iterator = get_dict(extra, "train_iterator", path);
     state.iterator.epoch = get_int(iterator, "epoch", path);
@@ -121,6 +126,32 @@ TrainingState restore_checkpoint(const checkpoint::StateDict& ckpt, const std::s
   }
   trainer.set_num_updates(state.num_updates);
   return state;
+}
+
+std::vector<int64_t> keep_global_batch(const std::vector<int64_t>& update_freq, int64_t batch_world_size,
+                                       int64_t world_size) {
+  std::vector<int64_t> scaled;
+  for (int64_t u : update_freq) {
+    if (u * batch_world_size % world_size != 0)
+      raise<UserError>("`distributed_training.keep_global_batch`: the run's global batch is {} workers x update_freq {} "
+                       "= {} batches per update, which {} workers cannot share evenly; run on a number of workers that "
+                       "divides {}, or turn keep_global_batch off and set `optimization.update_freq`.",
+                       batch_world_size, u, u * batch_world_size, world_size, u * batch_world_size);
+    scaled.push_back(u * batch_world_size / world_size);
+  }
+  return scaled;
+}
+
+std::pair<int64_t, int64_t> saved_global_batch(const checkpoint::StateDict& ckpt, const std::string& path) {
+  if (!ckpt.contains("extra_state")) return {0, 0};
+  checkpoint::StateDict extra = get_dict(ckpt, "extra_state", path);
+  auto positive = [&](const char* key) -> int64_t {
+    if (!extra.contains(key)) return 0;
+    int64_t v = get_int(extra, key, path);
+    if (v < 1) raise<DataError>("{}: `{}` must be at least 1, not {}", path, key, v);
+    return v;
+  };
+  return {positive("batch_world_size"), positive("update_batches")};
 }
 
 }  // namespace fairseq_cpp::trainer

@@ -3,12 +3,14 @@
 // a checkpoint file together with the model, optimizer and LR scheduler:
 //   "model", "cfg", "optimizer", "lr_scheduler", "extra_state" {train_iterator {epoch,
 //   global_batches, shuffle, data_shard, data_shards}, num_updates, best, bad_validations,
-//   wall_seconds, with an EMA: ema {name -> tensor}, ema_update_counter, with fp16: loss_scaler
+//   wall_seconds, batch_world_size, update_batches, with an EMA: ema {name -> tensor}, ema_update_counter, with fp16: loss_scaler
 //   {loss_scale, iter, last_overflow_iter, last_rescale_iter, overflows_since_rescale,
 //   fallback_updates_left}}
 
 #include <optional>
 #include <string>
+#include <utility>
+#include <vector>
 
 #include "fairseq_cpp/checkpoint/checkpoint.h"
 #include "fairseq_cpp/data/epoch_batch_iterator.h"
@@ -22,6 +24,11 @@ struct TrainingState {
   std::optional<double> best;    // best validation metric so far; unset before the first
   int64_t bad_validations = 0;   // validations since the best one (early stopping)
   double wall_seconds = 0;       // training time of earlier runs, in seconds
+  // The global batch: the world size that `optimization.update_freq` is meant for (the run's first
+  // with distributed_training.keep_global_batch, else the writer's), and the batches per update of
+  // the writer (its world size x update_freq); 0 = not known (checkpoints from before them).
+  int64_t batch_world_size = 0;
+  int64_t update_batches = 0;
 };
 
 // What a checkpoint restores; fairseq's --reset-* flags leave parts out.
@@ -42,5 +49,16 @@ checkpoint::StateDict make_checkpoint(Trainer& trainer, const TrainingState& sta
 // Throws DataError naming `path` when a part does not fit.
 TrainingState restore_checkpoint(const checkpoint::StateDict& ckpt, const std::string& path, Trainer& trainer,
                                  const RestoreOptions& options);
+
+// distributed_training.keep_global_batch: `update_freq` (one value per epoch, the last for the rest)
+// is meant for `batch_world_size` workers; with `world_size` workers each value is scaled by
+// batch_world_size / world_size, so every update still sees the same batches. Throws UserError when
+// a value does not divide evenly.
+std::vector<int64_t> keep_global_batch(const std::vector<int64_t>& update_freq, int64_t batch_world_size,
+                                       int64_t world_size);
+
+// What `ckpt` (read from `path`) says about the global batch: its batch_world_size and
+// update_batches, 0 where it does not say.
+std::pair<int64_t, int64_t> saved_global_batch(const checkpoint::StateDict& ckpt, const std::string& path);
 
 }  // namespace fairseq_cpp::trainer

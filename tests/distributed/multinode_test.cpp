@@ -5,8 +5,10 @@
 // lane's torchrun). Needs root: CI runs as root.
 #include <gtest/gtest.h>
 
+#include <filesystem>
 #include <iostream>
 #include <regex>
+#include <sstream>
 
 #include <signal.h>
 #include <unistd.h>
@@ -23,6 +25,7 @@ namespace {
 const int kHosts = 2;
 const std::string kSubnet = "10.213.77";  // tools/netns/hosts.sh's default
 const int kStorePort = 29511;             // free in a fresh namespace
+const int kElasticUpdates = 1500;         // about 25 s: long enough for a host to leave and come back
 
 std::string hosts_tool() { return source_dir() + "/tools/netns/hosts.sh"; }
 std::string host_name(int i) { return fmt::format("fsqh{}", i); }
@@ -40,6 +43,17 @@ std::vector<std::string> on_host(int i, const std::vector<std::string>& argv, co
         hostname};
   }
   out.insert(out.end(), argv.begin(), argv.end());
+  return out;
+}
+
+// `log` without its per-update lines (for failure messages of long runs).
+[[maybe_unused]] std::string without_updates(const std::string& log) {
+  std::istringstream in(log);
+  std::string out;
+  for (std::string line; std::getline(in, line);)
+    if (line.find("[train_inner]") == std::string::npos && line.find("| [train] {") == std::string::npos &&
+        line.find("| [valid] ") == std::string::npos && line.find("| [checkpoint] saved") == std::string::npos)
+      out += line + "\n";
   return out;
 }
 
@@ -117,6 +131,36 @@ class Multinode : public TrainingFixture {
       usleep(20000);
     }
     return false;
+  }
+
+  // Waits until `path` holds at least `updates` updates; false after two minutes.
+  static bool wait_for_checkpoint(const std::string& path, int64_t updates) {
+    for (int i = 0; i < 1200; ++i) {
+      if (std::filesystem::exists(path) && updates_in(path) >= updates) return true;
+      usleep(100000);
+    }
+    return false;
+  }
+
+  // Waits until `text` is in `p`'s stderr; false after `seconds`.
+  static bool in_err(const BackgroundProcess& p, const std::string& text, double seconds) {
+    for (double waited = 0; waited < seconds; waited += 0.05) {
+      if (p.err().find(text) != std::string::npos) return true;
+      usleep(50000);
+    }
+    return false;
+  }
+
+  // A checkpoint's resume cursor: {epoch, global batches of the epoch consumed}.
+  static std::pair<int64_t, int64_t> cursor_in(const std::string& path) {
+    auto itr = checkpoint::load_file(path).at("extra_state").toGenericDict().at("train_iterator").toGenericDict();
+    return {itr.at("epoch").toInt(), itr.at("global_batches").toInt()};
+  }
+
+  // Waits for every rank of `ranks` to end well.
+  static void expect_all_succeed(std::vector<std::unique_ptr<BackgroundProcess>>& ranks) {
+    for (size_t rank = 0; rank < ranks.size(); ++rank)
+      ASSERT_EQ(ranks[rank]->wait(300), 0) << "rank " << rank << ":\n" << ranks[rank]->err();
   }
 
   // What still runs in test host `i`'s namespace.
@@ -307,37 +351,157 @@ TEST_F(Multinode, ACutLinkStopsEveryRankWithinTheTimeoutAndTheSameCommandResumes
   EXPECT_LT(max_relative_difference(parameters(cut), parameters(alone)), 1e-5);
 }
 
+TEST_F(Multinode, ACheckpointOfTwoHostsResumesOnOneHostWithTwoWorkersOrOneWorker) {
+  // Resume on another layout: 2 hosts x 1 worker stop at update 10, in the middle of an epoch. Copies
+  // of their directory resume on host 0 alone, with 2 local workers, and with 1 worker whose
+  // update_freq keep_global_batch raises to 2. Each continues at the same batch of the same epoch and
+  // ends with the parameters of the uninterrupted 2 x 1 run across the hosts.
+  const int stop = 10, updates = 24;
+  std::string across = work_.path() + "/across", two = work_.path() + "/two", one = work_.path() + "/one",
+              straight = work_.path() + "/straight";
+  auto first = explicit_ranks(config(across, 2, 1, stop), 1);
+  expect_all_succeed(first);
+  auto [epoch, batches] = cursor_in(across + "/checkpoint_last.pt");
+  ASSERT_GT(batches, 0) << "update " << stop << " ended epoch " << epoch << "; the test wants the middle of one";
+  for (const auto& dir : {two, one}) std::filesystem::copy(across, dir, std::filesystem::copy_options::recursive);
+  const std::string loaded = fmt::format("/checkpoint_last.pt (epoch {} @ {} updates)", epoch, stop);
+
+  auto r2 = run(on_host(0, {program("fairseq-cpp-train"), config(two, 2, 1, updates)}));
+  ASSERT_EQ(r2.exit_code, 0) << r2.err;
+  EXPECT_NE(r2.err.find("mode=local-spawn rank=0/2"), std::string::npos) << r2.err;
+  EXPECT_NE(r2.err.find("loaded " + two + loaded), std::string::npos) << r2.err;
+  auto r1 = run(on_host(0, {program("fairseq-cpp-train"), config(one, 1, 1, updates),
+                            "distributed_training.keep_global_batch=true"}));
+  ASSERT_EQ(r1.exit_code, 0) << r1.err;
+  EXPECT_NE(r1.err.find("loaded " + one + loaded), std::string::npos) << r1.err;
+  EXPECT_NE(r1.err.find("was written by a run of 2 workers; with 1 workers, update_freq 1 becomes 2"),
+            std::string::npos)
+      << r1.err;
+
+  auto uninterrupted = explicit_ranks(config(straight, 2, 1, updates), 1);
+  expect_all_succeed(uninterrupted);
+  for (const auto& dir : {two, one}) {
+    EXPECT_EQ(updates_in(dir + "/checkpoint_last.pt"), updates) << dir;
+    EXPECT_LT(max_relative_difference(parameters(straight), parameters(dir)), 1e-5) << dir;
+  }
+}
+
 #ifdef FSQ_TORCHRUN
-TEST_F(Multinode, TorchrunOneAgentPerHostTrainsAsOneWorkerWithUpdateFreqTwo) {
-  // torchrun --nnodes=2 on each host, its c10d rendezvous on host 0 (the README's command).
-  const int updates = 12;
+// torchrun on host `i`: one agent, `per_host` workers, its c10d rendezvous on host 0 (the README's
+// command); `nnodes` as torchrun takes it ("2", or "1:2" for an elastic job).
+std::vector<std::string> torchrun_on(int i, const std::string& nnodes, int per_host, const std::string& cfg,
+                                     const std::vector<std::string>& extra = {}) {
+  std::vector<std::string> argv{FSQ_TORCHRUN,
+                                "--nnodes=" + nnodes,
+                                fmt::format("--nproc-per-node={}", per_host),
+                                "--rdzv-backend=c10d",
+                                fmt::format("--rdzv-endpoint={}:29400", host_name(0)),
+                                "--rdzv-id=fsq-multinode"};
+  argv.insert(argv.end(), extra.begin(), extra.end());
+  argv.insert(argv.end(), {"--no-python", program("fairseq-cpp-train"), cfg, "--log-all-ranks"});
+  return on_host(i, argv);
+}
+
+class MultinodeTorchrun : public Multinode, public ::testing::WithParamInterface<int> {};
+
+TEST_P(MultinodeTorchrun, OneAgentPerHostTrainsAsOneWorkerWithTheSameGlobalBatch) {
+  // 2 hosts x N workers under torchrun --nnodes=2 give the parameters of one worker with update_freq 2N.
+  const int per_host = GetParam(), world = kHosts * per_host, updates = 12;
   std::string across = work_.path() + "/torchrun", alone = work_.path() + "/alone";
-  std::string cfg = config(across, 2, 1, updates);
+  std::string cfg = config(across, world, 1, updates);
   std::vector<std::unique_ptr<BackgroundProcess>> agents;
   for (int i = 0; i < kHosts; ++i)
-    agents.push_back(std::make_unique<BackgroundProcess>(on_host(
-        i, {FSQ_TORCHRUN, "--nnodes=2", "--nproc-per-node=1", "--rdzv-backend=c10d",
-            fmt::format("--rdzv-endpoint={}:29400", host_name(0)), "--rdzv-id=fsq-multinode",
-            "--rdzv-conf=join_timeout=120", "--no-python", program("fairseq-cpp-train"), cfg, "--log-all-ranks"})));
+    agents.push_back(std::make_unique<BackgroundProcess>(
+        torchrun_on(i, "2", per_host, cfg, {"--rdzv-conf=join_timeout=120"})));
   std::string both;
   for (int i = 0; i < kHosts; ++i) {
     ASSERT_EQ(agents[i]->wait(300), 0) << "host " << i << ":\n" << agents[i]->err();
     both += agents[i]->err();
   }
-  // Each host's worker names its own veth; the ranks follow torchrun's node order, so look for both.
+  // Each host's workers name its own veth; the ranks follow torchrun's node order, so look for all.
   for (int i = 0; i < kHosts; ++i) {
-    EXPECT_NE(
-        agents[i]->err().find(fmt::format("device=cpu interface={} ({}, the route to the master", veth(i), address(i))),
-        std::string::npos)
+    EXPECT_EQ(
+        count(agents[i]->err(), fmt::format("device=cpu interface={} ({}, the route to the master", veth(i), address(i))),
+        per_host)
         << agents[i]->err();
     EXPECT_EQ(count(agents[i]->err(), "interface=lo"), 0) << agents[i]->err();
   }
-  EXPECT_EQ(count(both, "mode=torchrun rank=0/2 local=0/1"), 1) << both;
-  EXPECT_EQ(count(both, "mode=torchrun rank=1/2 local=0/1"), 1) << both;
-  auto single = train(config(alone, 1, 2, updates));
+  for (int rank = 0; rank < world; ++rank)
+    EXPECT_EQ(count(both, fmt::format("mode=torchrun rank={}/{} local={}/{}", rank, world, rank % per_host, per_host)),
+              1)
+        << both;
+  auto single = train(config(alone, 1, world, updates));
   ASSERT_EQ(single.exit_code, 0) << single.err;
   EXPECT_EQ(updates_in(across + "/checkpoint_last.pt"), updates);
   EXPECT_LT(max_relative_difference(parameters(across), parameters(alone)), 1e-5);
+}
+
+INSTANTIATE_TEST_SUITE_P(WorkersPerHost, MultinodeTorchrun, ::testing::Values(1, 2),
+                         [](const auto& info) { return fmt::format("x{}", info.param); });
+
+TEST_F(Multinode, ElasticTorchrunLosesAHostGoesOnAloneWithTheSameGlobalBatchAndGrowsBack) {
+  // torchrun --nnodes=1:2 on both hosts, keep_global_batch on, a checkpoint every 10 updates. Every
+  // process of host 1 (agent and worker) gets SIGKILL mid-epoch: host 0's agent re-forms the group
+  // alone and its worker resumes from checkpoint_last.pt with update_freq 2. Host 1's agent then
+  // comes back: the group grows to 2 again (host 0's worker stops at an update and saves) and
+  // update_freq is 1 again. The run ends with the parameters of the uninterrupted run.
+  const int timeout = 10, updates = kElasticUpdates;
+  std::string elastic = work_.path() + "/elastic", alone = work_.path() + "/alone";
+  const std::string every10 = "  save_interval_updates: 10";
+  std::string cfg = config(elastic, 1, 1, updates, every10);
+  const std::vector<std::string> agent_options{"--max-restarts=3", "--rdzv-conf=join_timeout=120,last_call_timeout=5"};
+  auto agent = [&](int i) {
+    std::vector<std::string> argv = torchrun_on(i, "1:2", 1, cfg, agent_options);
+    argv.insert(argv.end(), {fmt::format("distributed_training.timeout={}", timeout),
+                             "distributed_training.keep_global_batch=true"});
+    // PyTorch 2.4+ agents share one TCPStore across rounds, and its rank-0 agent publishes the
+    // workers' MASTER_ADDR only in the first round: an agent that joins a later round waits for it
+    // forever (60 s, then an error). Without the sharing, every round publishes its own.
+    return std::make_unique<BackgroundProcess>(argv,
+                                               std::map<std::string, std::string>{{"TORCH_DISABLE_SHARE_RDZV_TCP_STORE", "1"}});
+  };
+  auto host0 = agent(0);
+  auto host1 = agent(1);
+  ASSERT_TRUE(in_err(*host0, "mode=torchrun rank=", 120)) << host0->err();
+  EXPECT_NE(host0->err().find("/2 local=0/1"), std::string::npos) << host0->err() << host1->err();
+  // Either host's worker may be rank 0 (the one that logs): wait for the second checkpoint instead.
+  ASSERT_TRUE(wait_for_checkpoint(elastic + "/checkpoint_last.pt", 20)) << host0->err() << host1->err();
+  auto killed = run({"/bin/sh", "-c", "ip netns pids " + host_name(1) + " | xargs -r kill -9"});
+  ASSERT_EQ(killed.exit_code, 0) << killed.err;
+  EXPECT_EQ(host1->wait(10), 128 + SIGKILL);
+
+  // Alone: the same global batch from the last checkpoint.
+  ASSERT_TRUE(in_err(*host0, "mode=torchrun rank=0/1 local=0/1", 120)) << host0->err();
+  ASSERT_TRUE(in_err(*host0, "keep_global_batch: " + elastic +
+                                         "/checkpoint_last.pt was written by a run of 2 workers; with 1 workers, "
+                                         "update_freq 1 becomes 2 (the same 2 batches per update)",
+                                     60))
+      << host0->err();
+  const int alone_updates_before = count(host0->err(), "[train_inner]");
+  ASSERT_TRUE(wait_for_updates(*host0, alone_updates_before + 5)) << host0->err();
+
+  // Host 1 is back: the group grows to 2 again.
+  host1 = agent(1);
+  ASSERT_EQ(host0->wait(300), 0) << without_updates(host0->err()) << "host 1:\n" << without_updates(host1->err());
+  ASSERT_EQ(host1->wait(60), 0) << without_updates(host1->err());
+  EXPECT_NE(host0->err().find("stop signal received: saving checkpoint_last"), std::string::npos) << host0->err();
+  EXPECT_NE(host1->err().find("/2 local=0/1"), std::string::npos) << host1->err();
+  EXPECT_EQ(count(host0->err() + host1->err(), "keep_global_batch:"), 1) << "only the run alone changes update_freq";
+
+  // The world size before and after, as host 0's log tells it.
+  std::istringstream log(host0->err());
+  for (std::string line; std::getline(log, line);)
+    if (line.find("mode=torchrun") != std::string::npos || line.find("keep_global_batch:") != std::string::npos ||
+        line.find("stop signal") != std::string::npos || line.find("loaded ") != std::string::npos ||
+        line.find("error: ") != std::string::npos)
+      std::cout << line << "\n";
+
+  auto single = train(config(alone, 1, 2, updates, every10));
+  ASSERT_EQ(single.exit_code, 0) << single.err;
+  EXPECT_EQ(updates_in(elastic + "/checkpoint_last.pt"), updates);
+  EXPECT_LT(max_relative_difference(parameters(elastic), parameters(alone)), 1e-5);
+  EXPECT_EQ(processes_on(0), "") << "orphans on host 0";
+  EXPECT_EQ(processes_on(1), "") << "orphans on host 1";
 }
 #endif
 

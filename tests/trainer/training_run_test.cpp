@@ -18,6 +18,8 @@
 #include <fmt/format.h>
 
 #include "fairseq_cpp/checkpoint/run_lock.h"
+#include "fairseq_cpp/core/errors.h"
+#include "fairseq_cpp/trainer/training_state.h"
 #include "tests/support/training_fixture.h"
 
 namespace fairseq_cpp::testing {
@@ -79,6 +81,53 @@ TEST_F(TrainingRun, TwoWorkersCheckpointResumesWithOneWorkerAtTheSameBatch) {
   auto r2 = train(config(resumed, 1, 2, 20));
   ASSERT_EQ(r2.exit_code, 0) << r2.err;
   EXPECT_LT(max_relative_difference(parameters(straight), parameters(resumed)), 1e-5);
+}
+
+TEST_F(TrainingRun, KeepGlobalBatchRaisesUpdateFreqForFewerWorkersAndSaysSo) {
+  // A checkpoint of 2 workers x update_freq 1, resumed by 1 worker whose config still says update_freq
+  // 1: with keep_global_batch the update frequency becomes 2 (one line says so) and the run ends as the
+  // 1 x 2 run does; without it, a warning names the smaller batch.
+  std::string straight = work_.path() + "/straight", kept = work_.path() + "/kept", shrunk = work_.path() + "/shrunk";
+  ASSERT_EQ(train(config(straight, 1, 2, 20)).exit_code, 0);
+  for (const std::string& dir : {kept, shrunk}) ASSERT_EQ(train(config(dir, 2, 1, 10)).exit_code, 0);
+  auto r = train(config(kept, 1, 1, 20), {"distributed_training.keep_global_batch=true"});
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_NE(r.err.find("keep_global_batch: " + kept + "/checkpoint_last.pt was written by a run of 2 workers; with 1 "
+                       "workers, update_freq 1 becomes 2 (the same 2 batches per update)"),
+            std::string::npos)
+      << r.err;
+  EXPECT_LT(max_relative_difference(parameters(straight), parameters(kept)), 1e-5);
+  // The checkpoint keeps the run's first world size: back on 2 workers, update_freq is 1 again.
+  auto back = train(config(kept, 2, 1, 24), {"distributed_training.keep_global_batch=true"});
+  ASSERT_EQ(back.exit_code, 0) << back.err;
+  EXPECT_EQ(back.err.find("keep_global_batch:"), std::string::npos) << back.err;
+  EXPECT_EQ(back.err.find("batches per update"), std::string::npos) << back.err;
+  ASSERT_EQ(train(config(straight, 1, 2, 24)).exit_code, 0);
+  EXPECT_LT(max_relative_difference(parameters(straight), parameters(kept)), 1e-5);
+
+  auto w = train(config(shrunk, 1, 1, 12));
+  ASSERT_EQ(w.exit_code, 0) << w.err;
+  EXPECT_NE(w.err.find(shrunk + "/checkpoint_last.pt was written with 2 batches per update; this run takes 1 (1 "
+                       "workers x update_freq 1): set distributed_training.keep_global_batch=true to keep the run's "
+                       "global batch"),
+            std::string::npos)
+      << w.err;
+}
+
+TEST(KeepGlobalBatch, ScalesEachEpochsUpdateFreqOrSaysWhyItCannot) {
+  EXPECT_EQ(trainer::keep_global_batch({1}, 2, 1), (std::vector<int64_t>{2}));
+  EXPECT_EQ(trainer::keep_global_batch({1, 2, 4}, 4, 2), (std::vector<int64_t>{2, 4, 8}));
+  EXPECT_EQ(trainer::keep_global_batch({4, 2}, 1, 2), (std::vector<int64_t>{2, 1}));
+  EXPECT_EQ(trainer::keep_global_batch({3}, 2, 2), (std::vector<int64_t>{3}));
+  try {
+    trainer::keep_global_batch({2, 1}, 2, 4);
+    FAIL() << "2 workers x update_freq 1 cannot be split over 4";
+  } catch (const UserError& e) {
+    EXPECT_STREQ(e.what(),
+                 "`distributed_training.keep_global_batch`: the run's global batch is 2 workers x update_freq 1 = 2 "
+                 "batches per update, which 4 workers cannot share evenly; run on a number of workers that divides 2, "
+                 "or turn keep_global_batch off and set `optimization.update_freq`.");
+  }
 }
 
 TEST_F(TrainingRun, CheckpointNamesAndRetentionFollowFairseq) {

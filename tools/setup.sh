@@ -46,8 +46,9 @@ fi
 #   libjemalloc-dev                       the programs' allocator: a quarter less training memory (cli/allocator.cpp)
 #   libblas3                              the slow reference BLAS, kept for the test of the slow-BLAS warning
 #   python3-torch                         independent numerical references in tests (Debian's /usr/bin/python3)
-#   munge slurmctld slurmd slurm-client   the SLURM integration test runs a one-node cluster on localhost
-#   iproute2 util-linux                   the multi-node tests' hosts in network namespaces (tools/netns/hosts.sh: ip, unshare)
+#   munge slurmctld slurmd slurm-client   the SLURM tests: a one-node cluster on localhost, and one across two test hosts
+#   iproute2 util-linux                   the multi-node tests' hosts in network namespaces (tools/netns/hosts.sh: ip,
+#                                         unshare; tools/slurm/local-cluster.sh --hosts: nsenter)
 #   python3-matplotlib                    tools/plot-log (PNG of a training log)
 #   python3-venv                          the wheel lane's Python environment (.venv/)
 #   clang libclang-rt-14-dev              the fuzz targets (fuzz/): clang with libFuzzer, ASan and UBSan

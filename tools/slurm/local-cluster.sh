@@ -1,30 +1,115 @@
 #!/usr/bin/env bash
-# A throwaway one-node SLURM cluster on localhost for the integration test (label `slurm`):
+# A throwaway SLURM cluster on this machine for the integration tests (labels `slurm`, `multinode`):
 # munged, slurmctld and slurmd from Debian's packages, with every file under DIR.
-#   tools/slurm/local-cluster.sh start DIR   # prints "export SLURM_CONF=DIR/slurm.conf"
+#
+#   tools/slurm/local-cluster.sh start DIR             # one node: this machine, on 127.0.0.1
+#   tools/slurm/local-cluster.sh start DIR --hosts N   # N nodes: the test hosts of tools/netns/hosts.sh
 #   tools/slurm/local-cluster.sh stop DIR
-# Needs root (the daemons run as root) and the packages munge slurmctld slurmd slurm-client.
+#
+# `start` prints "export SLURM_CONF=DIR/slurm.conf" (eval it). Needs root (the daemons run as root)
+# and the packages munge slurmctld slurmd slurm-client.
+#
+# With --hosts N, make the hosts first (`tools/netns/hosts.sh up N`; FSQ_NETNS_PREFIX and
+# FSQ_NETNS_SUBNET are read the same way). Node I is the test host PREFIX<I> at its veth address:
+# one slurmd per host (`slurmd -N PREFIX<I>`, its own pid, log and spool under DIR), slurmctld on
+# host PREFIX0, and one munged for all of them (its socket is a file under DIR, which every
+# namespace sees). The hosts reach only each other, so run sbatch, srun and sinfo on one of them:
+#   tools/netns/hosts.sh exec fsqh0 sbatch --nodes=2 ... tools/slurm/train.sbatch
+# The daemons are not started with `ip netns exec`: it mounts a fresh /sys without the cgroup
+# hierarchy, and slurmd 22.05 then stops with "error: No filesystem mounted on /sys/fs/cgroup" /
+# "Unable to initialize cgroup plugin". Instead each one enters only the host's network namespace,
+# with a mount and UTS namespace of its own for the host's hosts file and hostname (see on_node),
+# so that jobs resolve the other hosts' names as the hosts tool's own `exec` does.
 set -euo pipefail
 
-cmd=${1:?usage: local-cluster.sh start|stop DIR}
-dir=$(mkdir -p "${2:?usage: local-cluster.sh start|stop DIR}" && cd "$2" && pwd)
+usage() {
+  echo "usage: local-cluster.sh start DIR [--hosts N] | stop DIR" >&2
+  exit 2
+}
 
+cmd=${1:-}
+[ $# -ge 2 ] || usage
+dir=$(mkdir -p "$2" && cd "$2" && pwd)
+hosts=0
+if [ $# -eq 4 ] && [ "$3" = --hosts ] && [ "$cmd" = start ]; then
+  hosts=$4
+  [[ "$hosts" =~ ^[0-9]+$ ]] && ((hosts >= 1)) || usage
+elif [ $# -ne 2 ]; then
+  usage
+fi
+prefix=${FSQ_NETNS_PREFIX:-fsqh}
+
+fail() {
+  echo "local-cluster: $*" >&2
+  exit 1
+}
+
+# Every daemon that one of our pid files names, SIGTERM first and SIGKILL after 10 s.
 stop() {
-  for pidfile in "$dir"/slurmd.pid "$dir"/slurmctld.pid "$dir"/munged.pid; do
-    [ -f "$pidfile" ] && kill "$(cat "$pidfile")" 2>/dev/null || true
+  local pidfile pids=()
+  for pidfile in "$dir"/slurmd*.pid "$dir"/slurmctld.pid "$dir"/munged.pid; do
+    [ -f "$pidfile" ] || continue
+    pids+=("$(cat "$pidfile")")
+    rm -f "$pidfile"
   done
-  sleep 1
+  [ ${#pids[@]} -gt 0 ] || return 0
+  kill "${pids[@]}" 2>/dev/null || true
+  for _ in $(seq 1 100); do
+    kill -0 "${pids[@]}" 2>/dev/null || return 0
+    sleep 0.1
+  done
+  kill -9 "${pids[@]}" 2>/dev/null || true
+}
+
+# CMD on test host NS: its network namespace, its hosts file over /etc/hosts and its hostname, but
+# the machine's /sys (with the cgroups that slurmd needs).
+on_node() {
+  local ns=$1
+  shift
+  # shellcheck disable=SC2016  # $0 and $@ are the inner shell's
+  nsenter --net="/run/netns/$ns" unshare --mount --uts \
+    sh -c 'mount --bind "/etc/netns/$0/hosts" /etc/hosts && hostname "$0" && exec "$@"' "$ns" "$@"
 }
 
 if [ "$cmd" = stop ]; then
   stop
   exit 0
 fi
+[ "$cmd" = start ] || usage
+
+[ "$(id -u)" -eq 0 ] || fail "needs root (the daemons run as root)"
+for tool in munged slurmctld slurmd sinfo; do
+  command -v "$tool" >/dev/null 2>&1 ||
+    fail "\`$tool' is missing; tools/setup.sh installs the packages munge slurmctld slurmd slurm-client"
+done
+[ -r /etc/munge/munge.key ] || fail "/etc/munge/munge.key is missing; the munge package makes it"
+
+# The nodes: "NAME ADDRESS" lines.
+nodes=()
+if ((hosts == 0)); then
+  nodes+=("$(hostname -s) 127.0.0.1")
+else
+  for tool in nsenter unshare; do
+    command -v "$tool" >/dev/null 2>&1 || fail "\`$tool' is missing; tools/setup.sh installs util-linux"
+  done
+  for ((i = 0; i < hosts; i++)); do
+    ns=$prefix$i
+    [ -e "/run/netns/$ns" ] && [ -f "/etc/netns/$ns/hosts" ] ||
+      fail "no test host $ns; make the hosts first: FSQ_NETNS_PREFIX=$prefix tools/netns/hosts.sh up $hosts"
+    address=$(awk -v name="$ns" '$2 == name { print $1; exit }' "/etc/netns/$ns/hosts")
+    [ -n "$address" ] || fail "/etc/netns/$ns/hosts does not give $ns an address"
+    nodes+=("$ns $address")
+  done
+fi
+read -r controller controller_address <<<"${nodes[0]}"
 
 stop
-node=$(hostname -s)
 cpus=$(nproc)
-port=$((20000 + RANDOM % 20000))
+if ((hosts == 0)); then
+  port=$((20000 + RANDOM % 20000))  # this machine's ports are shared with everything else
+else
+  port=6817  # the hosts' namespaces are fresh: SLURM's own ports are free there
+fi
 mkdir -p "$dir/state" "$dir/spool" "$dir/munge"
 chown munge:munge "$dir/munge"
 
@@ -32,9 +117,16 @@ chown munge:munge "$dir/munge"
 munged --socket="$dir/munge/munge.socket" --pid-file="$dir/munged.pid" --log-file="$dir/munged.log" \
   --seed-file="$dir/munge/munge.seed" --key-file=/etc/munge/munge.key --force
 
-cat >"$dir/slurm.conf" <<CONF
+if ((hosts == 0)); then
+  spool=$dir/spool slurmd_pid=$dir/slurmd.pid slurmd_log=$dir/slurmd.log
+else
+  # Several slurmd on one machine: %n is the node name that `slurmd -N` gives.
+  spool=$dir/spool/%n slurmd_pid=$dir/slurmd-%n.pid slurmd_log=$dir/slurmd-%n.log
+fi
+{
+  cat <<CONF
 ClusterName=fsqtest
-SlurmctldHost=$node(127.0.0.1)
+SlurmctldHost=$controller($controller_address)
 SlurmUser=root
 SlurmdUser=root
 AuthType=auth/munge
@@ -43,11 +135,11 @@ CredType=cred/munge
 SlurmctldPort=$port
 SlurmdPort=$((port + 1))
 StateSaveLocation=$dir/state
-SlurmdSpoolDir=$dir/spool
+SlurmdSpoolDir=$spool
 SlurmctldPidFile=$dir/slurmctld.pid
-SlurmdPidFile=$dir/slurmd.pid
+SlurmdPidFile=$slurmd_pid
 SlurmctldLogFile=$dir/slurmctld.log
-SlurmdLogFile=$dir/slurmd.log
+SlurmdLogFile=$slurmd_log
 ProctrackType=proctrack/linuxproc
 TaskPlugin=task/none
 MpiDefault=none
@@ -60,21 +152,40 @@ AccountingStorageType=accounting_storage/none
 SlurmdTimeout=30
 InactiveLimit=0
 KillWait=5
-NodeName=$node NodeAddr=127.0.0.1 CPUs=$cpus State=UNKNOWN
-PartitionName=debug Nodes=ALL Default=YES MaxTime=INFINITE State=UP OverSubscribe=FORCE:4
 CONF
+  for node in "${nodes[@]}"; do
+    read -r name address <<<"$node"
+    echo "NodeName=$name NodeAddr=$address NodeHostname=$name CPUs=$cpus State=UNKNOWN"
+  done
+  echo "PartitionName=debug Nodes=ALL Default=YES MaxTime=INFINITE State=UP OverSubscribe=FORCE:4"
+} >"$dir/slurm.conf"
 
 export SLURM_CONF=$dir/slurm.conf
-slurmctld -f "$SLURM_CONF" -i
-slurmd -f "$SLURM_CONF" -N "$node"
+if ((hosts == 0)); then
+  slurmctld -f "$SLURM_CONF" -i
+  slurmd -f "$SLURM_CONF" -N "$controller"
+  query() { "$@"; }
+else
+  on_node "$controller" slurmctld -f "$SLURM_CONF" -i
+  for node in "${nodes[@]}"; do
+    read -r name _ <<<"$node"
+    mkdir -p "$dir/spool/$name"  # slurmd does not make its spool folder
+    on_node "$name" slurmd -f "$SLURM_CONF" -N "$name"
+  done
+  query() { on_node "$controller" "$@"; }
+fi
+
+# Every node up (idle, or busy with a job).
+want=${#nodes[@]}
 for _ in $(seq 1 60); do
-  if sinfo -h -o '%T' 2>/dev/null | grep -qE '^(idle|mixed|allocated)'; then
+  up=$(query sinfo -h -N -o '%N %T' 2>/dev/null | grep -cE ' (idle|mixed|allocated)$' || true)
+  if [ "$up" -eq "$want" ]; then
     echo "export SLURM_CONF=$SLURM_CONF"
     exit 0
   fi
   sleep 0.5
 done
-echo "local-cluster: the node did not become idle; logs in $dir" >&2
-sinfo >&2 || true
-tail -n 20 "$dir"/slurmctld.log "$dir"/slurmd.log >&2 || true
+echo "local-cluster: $up of $want node(s) came up; logs in $dir" >&2
+query sinfo -N >&2 || true
+tail -n 20 "$dir"/slurmctld.log "$dir"/slurmd*.log >&2 || true
 exit 1

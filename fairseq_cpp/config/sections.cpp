@@ -276,6 +276,10 @@ void describe(GenerationConfig& c, Section& s) {
         "replace <unk> in hypotheses by the aligned source word (alone, or `copy`), or by its translation in this "
         "alignment dictionary file")
       .when_bare(kCopySourceWord);
+  s.add("quantize", &c.quantize,
+        "run the linear layers with int8 weights (per output channel) and int8 activations (per row, "
+        "quantized at each call): none or int8 (CPU with AVX-512 VNNI)")
+      .one_of({"none", "int8"});
 }
 
 void describe(PreprocessConfig& c, Section& s) {

@@ -256,6 +256,9 @@ struct GenerationConfig {
   // <unk> in hypotheses becomes the source word it aligns to (kCopySourceWord), or that word's
   // translation in this alignment dictionary file ("source target" lines); empty = off
   std::string replace_unk;
+  // linear layers' weights at inference: none (float32) | int8 (per output channel, activations
+  // quantized per row at each call; CPU with AVX-512 VNNI)
+  std::string quantize = "none";
 };
 // replace_unk's value for `--replace-unk` alone: copy the aligned source word.
 inline constexpr const char* kCopySourceWord = "copy";

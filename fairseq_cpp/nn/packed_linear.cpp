@@ -11,6 +11,7 @@
 #include <torch/torch.h>
 
 #include "fairseq_cpp/core/runtime.h"
+#include "fairseq_cpp/nn/quantized_linear.h"
 
 #ifdef FSQ_AVX512_KERNELS
 #include <immintrin.h>
@@ -180,6 +181,9 @@ at::Tensor packed_linear(const at::Tensor& x, const at::Tensor& weight, const at
 at::Tensor scoped_linear(const at::Tensor& x, const at::Tensor& weight, const at::Tensor& bias) {
   const bool needs_grad =
       at::GradMode::is_enabled() && (x.requires_grad() || weight.requires_grad() || (bias.defined() && bias.requires_grad()));
+  if (!needs_grad && x.device().is_cpu() && x.scalar_type() == at::kFloat) {
+    if (auto quantized = int8_weight_for(weight)) return int8_linear(x, *quantized, bias);  // --quantize int8
+  }
   if (scope_enabled && !needs_grad && packed_linear_supported() && x.device().is_cpu() && weight.device().is_cpu() &&
       x.scalar_type() == at::kFloat && weight.scalar_type() == at::kFloat && !weight.is_inference() &&
       (!bias.defined() || bias.scalar_type() == at::kFloat)) {

@@ -12,7 +12,8 @@
 //   at::Tensor y = nn::scoped_linear(x, layer->weight, layer->bias);
 //
 // Outside a scope, for tensors that need gradients, off CPU, not float32, or on a CPU without
-// AVX-512F, nn::scoped_linear is torch's linear.
+// AVX-512F, nn::scoped_linear is torch's linear. A weight registered by nn::use_int8_weight
+// (quantized_linear.h) runs int8 whenever no gradient is needed, inside a scope or not.
 
 #include <ATen/Tensor.h>
 

@@ -10,6 +10,7 @@
 #include "fairseq_cpp/core/errors.h"
 #include "fairseq_cpp/core/logging.h"
 #include "fairseq_cpp/models/ensemble.h"
+#include "fairseq_cpp/models/quantize.h"
 
 namespace fairseq_cpp::tasks {
 namespace fs = std::filesystem;
@@ -81,6 +82,8 @@ Translation load_translation(const config::Config& cli, const std::string& split
                              t.src_dict.to_text() == t.tgt_dict.to_text()};
   const bool cuda = torch::cuda::is_available() && !cli.common.cpu;
   t.device = cuda ? c10::Device(c10::kCUDA, 0) : c10::Device(c10::kCPU);
+  const bool int8 = cli.generation.quantize == "int8";
+  if (int8 && cuda) raise<UserError>("--quantize int8 runs on the CPU only, and this run is on the GPU; add --cpu");
   std::vector<std::shared_ptr<models::EncoderDecoderModel>> members;
   for (size_t i = 0; i < paths.size(); ++i) {
     checkpoint::LoadedModel loaded =
@@ -95,6 +98,10 @@ Translation load_translation(const config::Config& cli, const std::string& split
   t.models = members.size();
   t.model = members.size() == 1 ? members[0] : std::make_shared<models::EnsembleModel>(members);
   t.model->eval();
+  if (int8) {
+    const size_t quantized = models::quantize_int8(*t.model);
+    log::info("generate", "--quantize int8: {} linear weights quantized per output channel (AVX-512 VNNI)", quantized);
+  }
   return t;
 }
 

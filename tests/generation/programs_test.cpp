@@ -10,6 +10,7 @@
 #include <regex>
 #include <sstream>
 
+#include "fairseq_cpp/nn/quantized_linear.h"
 #include "fairseq_cpp/scoring/tokenizers.h"
 #include "tests/support/imported_checkpoint.h"
 #include "tests/support/test_support.h"
@@ -547,6 +548,47 @@ print(' '.join(','.join('%.6f' % w for w in row) for row in attn.tolist()))
                                imported_, "--replace-unk", tmp.path() + "/nothing.txt"});
   EXPECT_EQ(missing.exit_code, 2) << missing.err;
   EXPECT_NE(missing.err.find("nothing.txt"), std::string::npos) << missing.err;
+}
+
+// --quantize: only none or int8, one error line, exit 2; interactive shares the option (issue 22).
+TEST_F(ImportedFixture, QuantizeOptionIsCheckedAndInteractiveRunsInt8) {
+  const std::vector<std::string> generate{testing::program("fairseq-cpp-generate"), testing::fixture_path("data-bin"),
+                                          "--path", imported_, "--gen-subset", "test"};
+  auto with = [&](std::vector<std::string> argv, const std::vector<std::string>& extra) {
+    argv.insert(argv.end(), extra.begin(), extra.end());
+    return testing::run(argv);
+  };
+  auto bad = with(generate, {"--quantize", "int4"});
+  EXPECT_EQ(bad.exit_code, 2) << bad.err;
+  EXPECT_NE(bad.err.find("quantize"), std::string::npos) << bad.err;
+  EXPECT_NE(bad.err.find("int8"), std::string::npos) << "names the valid values:\n" << bad.err;
+  EXPECT_EQ(count_lines(bad.err, "fairseq-cpp-generate: error: "), 1) << bad.err;
+  auto key = with(generate, {"generation.quantize=fp8"});
+  EXPECT_EQ(key.exit_code, 2) << key.err;
+  EXPECT_NE(key.err.find("quantize"), std::string::npos) << key.err;
+  auto bare = with(generate, {"--quantize"});
+  EXPECT_EQ(bare.exit_code, 2) << bare.err;
+
+  const std::vector<std::string> interactive{testing::program("fairseq-cpp-interactive"),
+                                             testing::fixture_path("data-bin"),
+                                             "--path",
+                                             imported_,
+                                             "--sentencepiece-model",
+                                             testing::fixture_path("spm8k.model"),
+                                             "--beam",
+                                             "5",
+                                             "--quantize",
+                                             "int8"};
+  auto r = testing::run(interactive, {}, "Two boys play soccer against each other.\n");
+  if (!nn::int8_linear_supported()) {
+    EXPECT_EQ(r.exit_code, 2) << r.err;
+    EXPECT_NE(r.err.find(nn::int8_linear_unsupported_reason()), std::string::npos) << r.err;
+    EXPECT_EQ(count_lines(r.err, "fairseq-cpp-interactive: error: "), 1) << r.err;
+    return;
+  }
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_NE(r.err.find("--quantize int8: "), std::string::npos) << r.err;
+  EXPECT_NE(r.out.find("\tZwei Jungen spielen Fußball.\n"), std::string::npos) << r.out;
 }
 
 }  // namespace

@@ -3,8 +3,9 @@
 # sentences, beam 5, batch 128, 2 threads) against fairseq-generate's figure from the fixture
 # README (42.26 sentences/s, 632.82 tokens/s on a quiet machine of this class), plus, run in the
 # same invocation, the same search one batch at a time on both intra-op threads (how fairseq and
-# fairseq-cpp before it searched) as a baseline; then ours against CTranslate2 float32 and int8 on
-# the same model, whole processes, with peak RSS and BLEU (the second half below).
+# fairseq-cpp before it searched) as a baseline; then ours (float32 and --quantize int8) against
+# CTranslate2 float32 and int8 on the same model, whole processes, with peak RSS and BLEU (the
+# second half below).
 #
 #   tools/bench/generate.sh [BUILD_DIR] [RUNS]        (default: build, 3 runs; prints medians)
 set -euo pipefail
@@ -37,11 +38,11 @@ echo
 echo "The same search in one process: one batch at a time (baseline) vs parts on workers (median of $runs):"
 "$build/tools/bench/fsq_bench_generate" "$fixture/data-bin" "$tmp/imported.pt" --threads 2 --runs "$runs" 2>/dev/null
 
-# Against CTranslate2 (issue 22): ours and CTranslate2 float32 and int8 on the same model (the
-# imported fixture checkpoint, converted by tools/bench/ct2_convert.py), the same test sentences
-# (the data-bin's ids), beam 5, batches of 128 sentences and 2 threads (ours: --cpu-threads 2;
+# Against CTranslate2 (issue 22): ours (float32, and int8 with --quantize int8) and CTranslate2
+# float32 and int8 on the same model (the imported fixture checkpoint, converted by
+# tools/bench/ct2_convert.py), the same test sentences (the data-bin's ids), beam 5, batches of 128 sentences and 2 threads (ours: --cpu-threads 2;
 # CTranslate2: intra_threads 2, inter_threads 1). Each run is a whole process (start-up and model
-# loading included), timed by /usr/bin/time, the three in turn, $runs times; the table has medians.
+# loading included), timed by /usr/bin/time, the four in turn, $runs times; the table has medians.
 # BLEU: sacreBLEU (default settings) of the last run's H- lines, SentencePiece removed, against the
 # raw test_2016_flickr.de. Needs the project's Python environment (.venv, tools/requirements.txt).
 # A busy machine hurts CTranslate2 most: its 2 spinning OpenMP threads slowed down 5-10x when another
@@ -63,14 +64,16 @@ ct2_version="$("$python" -c 'import ctranslate2; print(ctranslate2.__version__)'
 ct2_backend="$(CT2_VERBOSE=1 "$python" -c "import ctranslate2; ctranslate2.Translator('$tmp/ct2-float32')" 2>&1 |
   sed -n 's/.*\(Selected ISA: [A-Z0-9]*\|SGEMM backend: [A-Za-z]*\|GEMM_S8 backend: [A-Za-z]*\).*/\1/p' | paste -sd, -)"
 
-engines=(ours ct2-float32 ct2-int8)
+engines=(ours ours-int8 ct2-float32 ct2-int8)
 run_engine() {  # ENGINE RUN: one whole process; its output in $tmp/ENGINE.RUN.{txt,log,time}
   local engine=$1 i=$2 out="$tmp/$1.$2"
   case "$engine" in
-    ours)
+    ours | ours-int8)
+      local quantize=none
+      [[ "$engine" == ours-int8 ]] && quantize=int8
       /usr/bin/time -f '%e %M' -o "$out.time" "$build/fairseq-cpp-generate" "$fixture/data-bin" \
         --path "$tmp/imported.pt" --gen-subset test --beam 5 --batch-size 128 --remove-bpe sentencepiece \
-        --cpu-threads 2 >"$out.txt" 2>/dev/null
+        --cpu-threads 2 --quantize "$quantize" >"$out.txt" 2>/dev/null
       grep '^| Translated' "$out.txt" >"$out.log" ;;
     ct2-*)
       # CTranslate2 with its own OpenMP settings (libgomp's spinning waits): on a quiet machine 1.6x
@@ -87,6 +90,7 @@ for i in $(seq "$runs"); do
   for engine in "${engines[@]}"; do run_engine "$engine" "$i"; done
 done
 median() { sort -g | awk '{a[NR]=$0} END {print a[int((NR+1)/2)]}'; }
+declare -A whole_sps search_sps
 echo "CPU translation against CTranslate2 $ct2_version ($ct2_backend) on $cpu, $(nproc) cores:"
 echo "Multi30k test (1,000 sentences), beam 5, batch 128, 2 threads; whole process, median of $runs runs" \
   "(load average before them: $load)."
@@ -100,10 +104,21 @@ for engine in "${engines[@]}"; do
   bleu="$("$python" -m sacrebleu "$tmp/ref.de" -i "$tmp/$engine.hyp" -b -w 2)"
   case "$engine" in
     ours) name="fairseq-cpp-generate float32" ;;
+    ours-int8) name="fairseq-cpp-generate --quantize int8" ;;
     ct2-float32) name="CTranslate2 float32" ;;
     ct2-int8) name="CTranslate2 int8 (weights and GEMMs)" ;;
   esac
-  printf '%-36s %12.2f %11.1f %6.0f MiB %9.2f s/s %7.2f\n' "$name" "$(echo "$sentences / $wall" | bc -l)" \
+  whole_sps[$engine]="$(echo "$sentences / $wall" | bc -l)"
+  search_sps[$engine]="$search"
+  printf '%-36s %12.2f %11.1f %6.0f MiB %9.2f s/s %7.2f\n' "$name" "${whole_sps[$engine]}" \
     "$(echo "$tokens / $wall" | bc -l)" "$(echo "$rss / 1024" | bc -l)" "$search" "$bleu"
 done
 echo "(search only: each program's own | Translated line, loading left out; tokens with </s>, as fairseq counts)"
+ratio() { echo "${whole_sps[$1]} / ${whole_sps[$2]}" | bc -l; }
+search_ratio() { echo "${search_sps[$1]} / ${search_sps[$2]}" | bc -l; }
+printf 'ours int8 / CTranslate2 int8: %.2fx whole process, %.2fx search only\n' "$(ratio ours-int8 ct2-int8)" \
+  "$(search_ratio ours-int8 ct2-int8)"
+printf 'ours int8 / ours float32: %.2fx whole process, %.2fx search only\n' "$(ratio ours-int8 ours)" \
+  "$(search_ratio ours-int8 ours)"
+printf 'ours int8 / CTranslate2 float32: %.2fx whole process, %.2fx search only\n' "$(ratio ours-int8 ct2-float32)" \
+  "$(search_ratio ours-int8 ct2-float32)"

@@ -1,0 +1,25 @@
+#pragma once
+// Switches a loaded model's linear layers to int8 weights for inference (`generation.quantize:
+// int8`, nn/quantized_linear.h).
+//
+//   models::quantize_int8(*model);  // then generate as usual; every linear layer runs int8
+
+#include <cstddef>
+
+#include <torch/nn/module.h>
+
+namespace fairseq_cpp::models {
+
+struct QuantizeOptions {
+  bool output_projection = true;  // also the decoder's (vocabulary x width) output projection
+};
+
+// Every torch::nn::Linear of `model` (attention q/k/v/out projections, feed-forward fc1/fc2, a
+// decoder's project_out_dim) and, with options.output_projection, each Transformer decoder's output
+// projection (its own or the shared embedding) run int8 from now on, per output channel; the
+// float32 weights stay for the rest (a shared embedding's lookup). Returns how many weights were
+// quantized. UserError (exit 2) where int8 cannot run: a weight off the CPU, or a CPU without
+// AVX-512 VNNI (the message names what is missing).
+size_t quantize_int8(torch::nn::Module& model, const QuantizeOptions& options = {});
+
+}  // namespace fairseq_cpp::models

@@ -1,0 +1,65 @@
+#pragma once
+// Linear layers with int8 weights for CPU inference (`--quantize int8`), on AVX-512 VNNI.
+//
+// A weight (N, K) is quantized once, per output channel and symmetrically:
+//   scale_n = max_k |w_nk| / 127,  q_nk = round(w_nk * (127 / max_k |w_nk|))  in [-127, 127]
+// (round half to even; a zero row has scale 0). Each call quantizes its input the same way per row
+// (dynamic quantization: scale_r from max_k |x_rk|), sums the int8 products in int32 (vpdpbusd:
+// four u8 x s8 products per 32-bit lane, the input shifted by +128 into u8 and the shift taken
+// back by a per-column constant) and returns, in float32,
+//   y_rn = sum_k qx_rk q_nk * scale_r * scale_n + bias_n.
+//
+//   nn::Int8Weight w = nn::Int8Weight::quantize(layer->weight);
+//   at::Tensor y = nn::int8_linear(x, w, layer->bias);
+//   nn::use_int8_weight(layer->weight);  // nn::scoped_linear(x, layer->weight, ...) now runs int8
+//
+// Needs x86-64 with AVX-512F/BW/VL and VNNI; int8_linear_unsupported_reason() says what is missing.
+
+#include <cstddef>
+#include <memory>
+#include <string>
+
+#include <ATen/Tensor.h>
+
+namespace fairseq_cpp::nn {
+
+// Whether this build and CPU run the int8 kernel.
+bool int8_linear_supported();
+// Empty when supported; otherwise what is missing, e.g. "this CPU lacks AVX-512 VNNI (avx512_vnni)".
+std::string int8_linear_unsupported_reason();
+
+// A float32 (N, K) weight quantized per output channel and packed for the kernel.
+class Int8Weight {
+ public:
+  static Int8Weight quantize(const at::Tensor& weight);
+
+  int64_t out_features() const { return n_; }
+  int64_t in_features() const { return k_; }
+  at::Tensor scales() const;  // (N) float32: max_k |w_nk| / 127
+  at::Tensor values() const;  // (N, K) int8: q_nk, unpacked (tests)
+
+ private:
+  friend at::Tensor int8_linear(const at::Tensor& x, const Int8Weight& weight, const at::Tensor& bias);
+  int64_t n_ = 0;
+  int64_t k_ = 0;
+  // (ceil(N / 32), ceil(K / 4), 32, 4) int8: panel p, group g, column j, byte t holds q[32p + j][4g + t],
+  // zero past N and K; a group's 32 columns are two 64-byte vectors of vpdpbusd's layout.
+  at::Tensor panels_;
+  at::Tensor scales_;        // (panels * 32) float32, zero past N
+  at::Tensor compensation_;  // (panels * 32) int32: 128 * sum_k q_nk (the input's +128 shift)
+};
+
+// x (..., K) float32 @ weight^T + bias (N; may be undefined) -> (..., N) float32, as described above.
+at::Tensor int8_linear(const at::Tensor& x, const Int8Weight& weight, const at::Tensor& bias = at::Tensor());
+
+// From now on nn::scoped_linear(x, weight, bias) runs int8_linear with `weight` quantized, whenever
+// no gradient is needed (inside or outside a PackedLinearScope). The quantized copy is kept while
+// the tensor lives, and made again after an in-place change (version counter or data pointer).
+// Requires int8_linear_supported() and a float32 (N, K) CPU weight.
+void use_int8_weight(const at::Tensor& weight);
+// The quantized copy registered for `weight` (re-quantized if the tensor changed), or null.
+std::shared_ptr<const Int8Weight> int8_weight_for(const at::Tensor& weight);
+// Number of registered weights whose tensors are alive (tests).
+size_t int8_weight_count();
+
+}  // namespace fairseq_cpp::nn

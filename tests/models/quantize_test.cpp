@@ -1,0 +1,87 @@
+// Switching a Transformer to int8 linear layers: which weights are quantized, and the model's
+// log-probabilities against float32's.
+#include <gtest/gtest.h>
+
+#include <string>
+
+#include <torch/torch.h>
+
+#include "fairseq_cpp/core/errors.h"
+#include "fairseq_cpp/models/quantize.h"
+#include "fairseq_cpp/models/transformer.h"
+#include "fairseq_cpp/nn/quantized_linear.h"
+
+namespace fairseq_cpp::models {
+namespace {
+
+bool ends_with(const std::string& s, const std::string& tail) {
+  return s.size() >= tail.size() && s.compare(s.size() - tail.size(), tail.size(), tail) == 0;
+}
+
+std::shared_ptr<TransformerModel> tiny_model(bool share_output) {
+  torch::manual_seed(3);
+  config::ModelConfig m;
+  m.arch = "transformer_tiny";
+  m.share_decoder_input_output_embed = share_output;
+  auto model = std::make_shared<TransformerModel>(resolve_transformer_options(m, config::TaskConfig{}),
+                                                  Vocabularies{30, 30, 1, false});
+  model->eval();
+  return model;
+}
+
+TEST(QuantizeInt8, QuantizesEveryLinearLayerAndTheOutputProjection) {
+  if (!nn::int8_linear_supported()) {
+    auto model = tiny_model(false);
+    try {
+      quantize_int8(*model);
+      ADD_FAILURE() << "no error without AVX-512 VNNI";
+    } catch (const UserError& e) {
+      EXPECT_NE(std::string(e.what()).find(nn::int8_linear_unsupported_reason()), std::string::npos) << e.what();
+    }
+    return;
+  }
+  for (bool shared : {false, true}) {
+    auto model = tiny_model(shared);
+    const std::string output = shared ? "decoder.embed_tokens.weight" : "decoder.embed_out";
+    size_t linear = 0;
+    for (const auto& p : model->named_parameters()) {
+      if (ends_with(p.key(), "proj.weight") || ends_with(p.key(), "fc1.weight") || ends_with(p.key(), "fc2.weight"))
+        ++linear;
+    }
+    ASSERT_GT(linear, 0u);
+    EXPECT_EQ(quantize_int8(*model), linear + 1);
+    for (const auto& p : model->named_parameters()) {
+      const bool expected = ends_with(p.key(), "proj.weight") || ends_with(p.key(), "fc1.weight") ||
+                            ends_with(p.key(), "fc2.weight") || p.key() == output;
+      EXPECT_EQ(nn::int8_weight_for(p.value()) != nullptr, expected) << p.key();
+    }
+    QuantizeOptions without_output;
+    without_output.output_projection = false;
+    auto other = tiny_model(shared);
+    EXPECT_EQ(quantize_int8(*other, without_output), linear);
+    EXPECT_EQ(nn::int8_weight_for(other->named_parameters()[output]), nullptr);
+  }
+}
+
+TEST(QuantizeInt8, LogProbabilitiesStayCloseToFloat32s) {
+  if (!nn::int8_linear_supported()) GTEST_SKIP() << nn::int8_linear_unsupported_reason();
+  torch::NoGradGuard no_grad;
+  auto model = tiny_model(true);
+  at::Tensor src = torch::tensor({1, 1, 5, 6, 2, 7, 8, 9, 10, 2, 1, 11, 12, 13, 2}).view({3, 5});
+  at::Tensor lengths = torch::tensor({3, 5, 4});
+  at::Tensor prev = torch::tensor({2, 14, 15, 16, 17, 18, 2, 19, 20, 21, 22, 23, 2, 24, 25, 26, 27, 28}).view({3, 6});
+  auto log_probs = [&] { return EncoderDecoderModel::log_probs(model->decode(prev, model->encode(src, lengths))); };
+  const at::Tensor float32 = log_probs();
+  quantize_int8(*model);
+  const at::Tensor int8 = log_probs();
+  // About 1% error per product through the 2 + 2 layers of a random model (the log-probabilities span
+  // about 3 nats around log(1/30)).
+  const double diff = (int8 - float32).abs().max().item<double>();
+  const double mean = (int8 - float32).abs().mean().item<double>();
+  EXPECT_GT(diff, 0.0) << "the int8 path was not taken";
+  EXPECT_LT(diff, 0.15);
+  EXPECT_LT(mean, 0.03);
+}
+
+}  // namespace
+}  // namespace fairseq_cpp::models

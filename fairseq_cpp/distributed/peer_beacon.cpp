@@ -8,7 +8,9 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
+#include <cstdio>
 #include <chrono>
 #include <cstring>
 #include <map>
@@ -22,6 +24,7 @@ namespace fairseq_cpp::distributed {
 namespace {
 
 constexpr int kSettleMs = 500;
+constexpr size_t kPositionBytes = 512;  // "at N WHAT\n", at most
 
 // `address`:`port` as a socket address (numeric only).
 bool to_sockaddr(const std::string& address, int port, sockaddr_storage& out, socklen_t& length) {
@@ -75,6 +78,12 @@ PeerBeacon::~PeerBeacon() {
 
 std::string PeerBeacon::endpoint() const { return fmt::format("{} {}", address_, port_); }
 
+void PeerBeacon::set_position(int64_t started, const std::string& what) {
+  std::lock_guard<std::mutex> lock(position_mutex_);
+  started_ = started;
+  last_ = what;
+}
+
 void PeerBeacon::serve() {
   while (!stop_) collect(100);
 }
@@ -85,6 +94,16 @@ void PeerBeacon::collect(int wait_ms) {
   while (poll(&waiting, 1, wait_ms) == 1) {
     int fd = accept4(listen_fd_, nullptr, nullptr, SOCK_CLOEXEC);
     if (fd < 0) return;
+    // Where this rank stands, first: "at N WHAT" (one line; the newline in WHAT, if any, dropped).
+    std::string position;
+    {
+      std::lock_guard<std::mutex> lock(position_mutex_);
+      position = fmt::format("at {} {}", started_, last_.substr(0, kPositionBytes - 32));
+    }
+    std::replace(position.begin(), position.end(), '\n', ' ');
+    position += '\n';
+    ssize_t sent = send(fd, position.data(), position.size(), MSG_NOSIGNAL | MSG_DONTWAIT);
+    (void)sent;  // a prober that has gone does not need it
     // A note is one short line, written at once by a peer that failed; a connection without one
     // (a probe of a peer that has not failed) closes with nothing.
     std::string note;
@@ -150,6 +169,35 @@ std::string PeerBeacon::lost_peers(int rank, const std::vector<std::string>& end
       pending[i]->error = error;
     }
   }
+  // Each peer that answered says where it stands: "at N WHAT\n", at once (until the same deadline
+  // again: a peer under load may take a moment to accept).
+  std::map<int, std::string> replies;
+  const auto read_deadline =
+      std::chrono::steady_clock::now() + std::chrono::duration<double>(timeout_seconds);
+  while (true) {
+    std::vector<pollfd> fds;
+    std::vector<Probe*> pending;
+    for (auto& p : probes)
+      if (p.error == 0 && (replies[p.rank].empty() || replies[p.rank].back() != '\n') &&
+          replies[p.rank].size() < kPositionBytes) {
+        fds.push_back({p.fd, POLLIN, 0});
+        pending.push_back(&p);
+      }
+    auto left =
+        std::chrono::duration_cast<std::chrono::milliseconds>(read_deadline - std::chrono::steady_clock::now());
+    if (fds.empty() || left.count() <= 0) break;
+    if (poll(fds.data(), fds.size(), static_cast<int>(left.count())) <= 0) continue;
+    for (size_t i = 0; i < fds.size(); ++i) {
+      if (fds[i].revents == 0) continue;
+      char buffer[256];
+      ssize_t n = read(fds[i].fd, buffer, sizeof(buffer));
+      std::string& reply = replies[pending[i]->rank];
+      if (n > 0)
+        reply.append(buffer, static_cast<size_t>(n));
+      else
+        reply += '\n';  // closed: whatever it said is all
+    }
+  }
   std::string note = fmt::format("failed {}\n", rank);
   for (auto& p : probes) {
     if (p.error == 0) {
@@ -169,6 +217,29 @@ std::string PeerBeacon::lost_peers(int rank, const std::vector<std::string>& end
     (refused ? gone : unreachable).push_back(p.rank);
     (refused ? gone_at : unreachable_at).insert(p.address);
   }
+  // Alive but absent: behind this rank's collectives, or silent.
+  int64_t mine = 0;
+  {
+    std::lock_guard<std::mutex> position_lock(position_mutex_);
+    mine = started_;
+  }
+  std::vector<std::string> behind;
+  std::vector<int> silent;
+  for (const auto& p : probes) {
+    if (p.error != 0 || failed_.count(p.rank)) continue;
+    const std::string& reply = replies[p.rank];
+    long long started = 0;
+    int consumed = 0;
+    if (std::sscanf(reply.c_str(), "at %lld %n", &started, &consumed) < 1 || reply.back() != '\n') {
+      silent.push_back(p.rank);
+    } else if (started < mine) {
+      std::string what = reply.substr(static_cast<size_t>(consumed));
+      what.pop_back();
+      behind.push_back(fmt::format("rank {} did not arrive (it answers; its last collective, {} of this rank's {}, "
+                                   "was {})",
+                                   p.rank, started, mine, what.empty() ? "none" : what));
+    }
+  }
   std::string out;
   if (!gone.empty())
     out = fmt::format("{} {} {} gone ({} refused the connection)", gone.size() > 1 ? "ranks" : "rank", list(gone),
@@ -177,6 +248,13 @@ std::string PeerBeacon::lost_peers(int rank, const std::vector<std::string>& end
     out += fmt::format("{}{} {} {} unreachable (no answer from {} within {:g} s)", out.empty() ? "" : "; ",
                        unreachable.size() > 1 ? "ranks" : "rank", list(unreachable),
                        unreachable.size() > 1 ? "are" : "is", list(unreachable_at), timeout_seconds);
+  for (const auto& line : behind) out += (out.empty() ? "" : "; ") + line;
+  if (!silent.empty())
+    out += fmt::format("{}{} {} did not arrive ({} accept{} connections but say{} nothing within {:g} s: stopped or "
+                       "hung)",
+                       out.empty() ? "" : "; ", silent.size() > 1 ? "ranks" : "rank", list(silent),
+                       silent.size() > 1 ? "their processes" : "its process", silent.size() > 1 ? "" : "s",
+                       silent.size() > 1 ? "" : "s", timeout_seconds);
   return out;
 }
 

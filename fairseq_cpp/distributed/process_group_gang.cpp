@@ -6,10 +6,15 @@
 #include <torch/csrc/distributed/c10d/TCPStore.hpp>
 
 #include <algorithm>
+#include <atomic>
 #include <cerrno>
 #include <cstdlib>
 #include <cstring>
 #include <chrono>
+#include <future>
+#include <memory>
+#include <stdexcept>
+#include <thread>
 
 #include <fmt/format.h>
 
@@ -29,6 +34,8 @@ using BackendBase = c10d::ProcessGroup;
 
 // How long a failed rank waits for the other ranks' beacons to answer.
 constexpr double kProbeSeconds = 1.0;
+// How much longer than the timeout joining a group may take: the last connections of a mesh.
+constexpr double kJoinGraceSeconds = 2.0;
 
 std::chrono::milliseconds to_ms(double seconds) {
   return std::chrono::milliseconds(static_cast<int64_t>(seconds * 1000));
@@ -69,7 +76,7 @@ class ProcessGroupGang : public Gang {
       } else {
         auto gloo = c10d::ProcessGroupGloo::Options::create(to_ms(options_.timeout_seconds));
         gloo->devices = gloo_devices(options_.socket);
-        backend_ = c10::make_intrusive<c10d::ProcessGroupGloo>(group_store, rank_, size_, gloo);
+        backend_ = join_gloo(group_store, gloo);
       }
     } catch (const c10::Error& e) {
       raise<GangError>("joining process group `{}` failed on rank {} of {}{}: {}", name_, rank_, size_, bound(),
@@ -130,6 +137,7 @@ class ProcessGroupGang : public Gang {
     check_device("all_reduce", tensor);
     std::vector<at::Tensor> tensors{tensor};
     c10::intrusive_ptr<c10d::Work> work;
+    note_started(what);
     try {
       work = backend_->allreduce(tensors, c10d::AllreduceOptions{});
     } catch (const c10::Error& e) {
@@ -179,6 +187,26 @@ class ProcessGroupGang : public Gang {
     for (const auto& t : outputs[0]) endpoints_.emplace_back(reinterpret_cast<const char*>(t.data_ptr<uint8_t>()));
   }
 
+  // A ProcessGroupGloo of every rank, or GangError after the timeout (plus kJoinGraceSeconds). Gloo
+  // retries a connection it cannot make for about five times its timeout, so the join runs on a
+  // thread of its own that is left behind when it is late: the error ends the program anyway.
+  c10::intrusive_ptr<BackendBase> join_gloo(const c10::intrusive_ptr<c10d::Store>& store,
+                                            const c10::intrusive_ptr<c10d::ProcessGroupGloo::Options>& options) {
+    using Joined = c10::intrusive_ptr<BackendBase>;
+    auto join = std::make_shared<std::packaged_task<Joined()>>(
+        [store, options, rank = rank_, size = size_]() -> Joined {
+          return c10::make_intrusive<c10d::ProcessGroupGloo>(store, rank, size, options);
+        });
+    std::future<Joined> joined = join->get_future();
+    std::thread([join] { (*join)(); }).detach();
+    const double seconds = options_.timeout_seconds + kJoinGraceSeconds;
+    if (joined.wait_for(std::chrono::duration<double>(seconds)) != std::future_status::ready)
+      throw std::runtime_error(fmt::format("no connection to every rank within {:g} s (distributed_training.timeout "
+                                           "{:g} s); each rank must reach the others at the address it binds",
+                                           seconds, options_.timeout_seconds));
+    return joined.get();
+  }
+
   // "; ranks 2, 3 are gone (...)": the lost peers, as their beacons tell (before the gang has
   // formed: nothing).
   std::string lost_peers() {
@@ -187,8 +215,21 @@ class ProcessGroupGang : public Gang {
     return lost.empty() ? "" : "; " + lost;
   }
 
+  // Starts a collective (`start` returns its work) and waits for it, within the gang's timeout.
   template <typename Start>
   void run(const std::string& op, Start&& start) {
+    note_started(op);
+    finish(op, std::forward<Start>(start));
+  }
+
+  // One more collective started, for the peers that ask where this rank stands after a failure.
+  void note_started(const std::string& op) {
+    const int64_t started = ++started_;
+    if (beacon_) beacon_->set_position(started, op + CollectiveScope::describe());
+  }
+
+  template <typename Start>
+  void finish(const std::string& op, Start&& start) {
     std::string message;
     try {
       auto work = start();
@@ -216,7 +257,7 @@ class ProcessGroupGang : public Gang {
     void wait() override {
       if (!work_) return;
       auto work = std::move(work_);
-      gang_.run(what_, [&] { return work; });
+      gang_.finish(what_, [&] { return work; });
     }
 
    private:
@@ -233,6 +274,7 @@ class ProcessGroupGang : public Gang {
   c10::intrusive_ptr<BackendBase> backend_;
   std::unique_ptr<PeerBeacon> beacon_;  // Gloo only: tells which peers are lost after a failure
   std::vector<std::string> endpoints_;  // every rank's beacon, "ADDRESS PORT"
+  std::atomic<int64_t> started_{0};     // collectives started (on any thread: buckets start in hooks)
   int next_group_ = 0;
 };
 

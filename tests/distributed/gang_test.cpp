@@ -113,6 +113,11 @@ TEST(ProcessGroupGang, ATimedOutCollectiveNamesItsScopes) {
   EXPECT_NE(error.find("(the stop vote; update 12 of epoch 3) failed on rank 0 of 2 (group `default`): "),
             std::string::npos)
       << error;
+  // Rank 1 is alive, and its beacon says it never started the vote.
+  EXPECT_NE(error.find("; rank 1 did not arrive (it answers; its last collective, 1 of this rank's 2, was "
+                       "all_gather(peer beacons))"),
+            std::string::npos)
+      << error;
   EXPECT_EQ(distributed::CollectiveScope::describe(), "");
 }
 

@@ -257,10 +257,11 @@ TEST_F(Multinode, LoopbackOnBothHostsCannotFormTheGroup) {
         on_host(rank, {probe, "collectives", "--init-method", init, "--world-size", "2", "--rank", std::to_string(rank),
                        "--timeout", "4", "--socket-ifname", "lo"})));
   for (int rank = 0; rank < 2; ++rank) {
-    // TODO(#20): a join that cannot connect outlasts the timeout: about 5 x timeout + 2 s, with
-    // LibTorch 1.13 and 2.11 alike.
-    int code = ranks[rank]->wait(120);
-    ASSERT_NE(code, -1) << "rank " << rank << " still runs 120 s after a 4 s timeout";
+    // Whichever rank waits for the other to connect gives up at the timeout + 2 s ("no connection to
+    // every rank within 6 s"), where Gloo alone would retry for about 22 s; the other finds nothing at
+    // its peer's loopback address at once, or after Gloo's own retries.
+    int code = ranks[rank]->wait(4 + 15);
+    ASSERT_NE(code, -1) << "rank " << rank << " still runs 19 s after a 4 s timeout";
     EXPECT_EQ(code, 1) << ranks[rank]->out() << ranks[rank]->err();
     EXPECT_EQ(count(ranks[rank]->out(), "collectives ok"), 0) << ranks[rank]->out();
     EXPECT_EQ(count(ranks[rank]->err(),
@@ -305,6 +306,29 @@ TEST_F(Multinode, AHostKilledMidTrainingStopsTheOtherHostNamingTheLostRanks) {
   EXPECT_EQ(processes_on(1), "") << "orphans on host 1";
 }
 
+TEST_F(Multinode, AStoppedRankIsNamedAsAliveButAbsent) {
+  // Rank 1 on host 1 gets SIGSTOP mid-training: its host and process are there, but it never
+  // arrives. Rank 0 exits within the timeout + 15 s and says so; nothing waits longer.
+  const int timeout = 5;
+  std::string dir = work_.path() + "/stopped";
+  auto ranks = explicit_ranks(config(dir, 2, 1, 100000), 1, {fmt::format("distributed_training.timeout={}", timeout)});
+  ASSERT_TRUE(wait_for_updates(*ranks[0], 3)) << ranks[0]->err();
+  ranks[1]->signal(SIGSTOP);
+  int code = ranks[0]->wait(timeout + 15);
+  ranks[1]->signal(SIGKILL);
+  ASSERT_NE(code, -1) << "rank 0 still runs " << timeout + 15 << " s after rank 1 stopped:\n" << ranks[0]->err();
+  EXPECT_EQ(code, 1) << ranks[0]->err();
+  const std::string err = ranks[0]->err();
+  EXPECT_NE(err.find("failed on rank 0 of 2 (group `default`): "), std::string::npos) << err;
+  EXPECT_NE(err.find("; rank 1 did not arrive (its process accepts connections but says nothing within 1 s: stopped "
+                     "or hung)\n"),
+            std::string::npos)
+      << err;
+  std::smatch line;
+  if (std::regex_search(err, line, std::regex("fairseq-cpp-train: error: [^\n]*"))) std::cout << line[0] << "\n";
+  EXPECT_EQ(ranks[1]->wait(5), 128 + SIGKILL);
+}
+
 TEST_F(Multinode, ACutLinkStopsEveryRankWithinTheTimeoutAndTheSameCommandResumes) {
   // 2 hosts x 1 worker, a checkpoint every 5 updates. Host 1's link goes down mid-training: both
   // ranks exit within distributed_training.timeout + 15 s, checkpoint_last.pt is a complete one;
@@ -337,8 +361,10 @@ TEST_F(Multinode, ACutLinkStopsEveryRankWithinTheTimeoutAndTheSameCommandResumes
           << ranks[rank]->err();
     }
   }
+  // The last complete save: every 5 updates, or at an epoch's end (7 updates on 2 workers); one whose
+  // outcome vote the cut interrupted was still written whole, by rename.
   int64_t saved = updates_in(cut + "/checkpoint_last.pt");
-  EXPECT_EQ(saved % 5, 0);
+  EXPECT_TRUE(saved % 5 == 0 || saved % 7 == 0) << saved;
   EXPECT_GE(saved, 10);
   EXPECT_LT(saved, updates) << "the run ended before the link went down";
   ASSERT_EQ(run({"/usr/bin/ip", "-n", host_name(1), "link", "set", veth(1), "up"}).exit_code, 0);

@@ -66,5 +66,38 @@ TEST(PeerBeacon, AHostThatDoesNotAnswerIsUnreachable) {
   close(full);
 }
 
+TEST(PeerBeacon, AliveRanksBehindThisCollectiveOrSilentDidNotArrive) {
+  // Rank 0 is in its 5th collective. Rank 1 answers from its 4th: it did not arrive. Rank 2 is in
+  // the 5th too (waiting like rank 0): not named. Rank 3's port accepts connections (the kernel
+  // does, for a stopped process) but nothing answers.
+  std::vector<std::unique_ptr<PeerBeacon>> beacons;
+  std::vector<std::string> endpoints;
+  for (int r = 0; r < 3; ++r) {
+    beacons.push_back(std::make_unique<PeerBeacon>("127.0.0.1"));
+    endpoints.push_back(beacons.back()->endpoint());
+  }
+  beacons[0]->set_position(5, "all_reduce(max) (the stop vote; update 3 of epoch 1)");
+  beacons[1]->set_position(4, "all-reduce of gradient bucket 2 of 2 (update 2 of epoch 1)");
+  beacons[2]->set_position(5, "all_reduce(max) (the stop vote; update 3 of epoch 1)");
+  int stopped = socket(AF_INET, SOCK_STREAM, 0);
+  sockaddr_in sa{};
+  sa.sin_family = AF_INET;
+  sa.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  socklen_t length = sizeof(sa);
+  ASSERT_EQ(bind(stopped, reinterpret_cast<sockaddr*>(&sa), sizeof(sa)), 0);
+  ASSERT_EQ(listen(stopped, 8), 0);
+  ASSERT_EQ(getsockname(stopped, reinterpret_cast<sockaddr*>(&sa), &length), 0);
+  endpoints.push_back(fmt::format("127.0.0.1 {}", ntohs(sa.sin_port)));
+  EXPECT_EQ(beacons[0]->lost_peers(0, endpoints, 0.5),
+            "rank 1 did not arrive (it answers; its last collective, 4 of this rank's 5, was all-reduce of gradient "
+            "bucket 2 of 2 (update 2 of epoch 1)); rank 3 did not arrive (its process accepts connections but says "
+            "nothing within 0.5 s: stopped or hung)");
+  // Once rank 1 catches up, only the silent one is left.
+  beacons[1]->set_position(5, "all_reduce(max) (the stop vote; update 3 of epoch 1)");
+  EXPECT_EQ(beacons[0]->lost_peers(0, endpoints, 0.5),
+            "rank 3 did not arrive (its process accepts connections but says nothing within 0.5 s: stopped or hung)");
+  close(stopped);
+}
+
 }  // namespace
 }  // namespace fairseq_cpp::distributed

@@ -191,7 +191,17 @@ for l in data.split('\x1e')[:-1]:
 }
 
 // The fixture checkpoint imported once for the suite.
-class ImportedFixture : public testing::ImportedFairseqCheckpoint {};
+class ImportedFixture : public testing::ImportedFairseqCheckpoint {
+ protected:
+  // fairseq-cpp-interactive with the fixture's data-bin, imported checkpoint and SentencePiece
+  // model, then `extra`.
+  std::vector<std::string> interactive_with(const std::vector<std::string>& extra) const {
+    std::vector<std::string> argv{testing::program("fairseq-cpp-interactive"), testing::fixture_path("data-bin"),
+                                  "--path", imported_, "--sentencepiece-model", testing::fixture_path("spm8k.model")};
+    argv.insert(argv.end(), extra.begin(), extra.end());
+    return argv;
+  }
+};
 
 TEST_F(ImportedFixture, InteractiveTranslatesRawTextLikeFairseq) {
   // Line 2 is test sentence 944 (fairseq: "Zwei Jungen spielen Fußball."), line 1 is empty, line 3
@@ -511,17 +521,8 @@ print(' '.join(','.join('%.6f' % w for w in row) for row in attn.tolist()))
   // fairseq-cpp-interactive: a source word outside the dictionary ("猫猫", whose piece is <unk>
   // there) keeps its own text in the S- line, and each <unk> of the hypothesis becomes the input
   // piece its A- pair names.
-  const std::vector<std::string> interactive{testing::program("fairseq-cpp-interactive"),
-                                             testing::fixture_path("data-bin"),
-                                             "--path",
-                                             imported_,
-                                             "--sentencepiece-model",
-                                             testing::fixture_path("spm8k.model"),
-                                             "--remove-bpe",
-                                             "none",
-                                             "--print-alignment",
-                                             "--unkpen",
-                                             "-10"};
+  const std::vector<std::string> interactive =
+      interactive_with({"--remove-bpe", "none", "--print-alignment", "--unkpen", "-10"});
   const std::string input = "A dog named 猫猫 runs on the grass.\n";
   auto before = testing::run(interactive, {}, input);
   auto after_argv = interactive;
@@ -569,16 +570,7 @@ TEST_F(ImportedFixture, QuantizeOptionIsCheckedAndInteractiveRunsInt8) {
   auto bare = with(generate, {"--quantize"});
   EXPECT_EQ(bare.exit_code, 2) << bare.err;
 
-  const std::vector<std::string> interactive{testing::program("fairseq-cpp-interactive"),
-                                             testing::fixture_path("data-bin"),
-                                             "--path",
-                                             imported_,
-                                             "--sentencepiece-model",
-                                             testing::fixture_path("spm8k.model"),
-                                             "--beam",
-                                             "5",
-                                             "--quantize",
-                                             "int8"};
+  const std::vector<std::string> interactive = interactive_with({"--beam", "5", "--quantize", "int8"});
   auto r = testing::run(interactive, {}, "Two boys play soccer against each other.\n");
   if (!nn::int8_linear_supported()) {
     EXPECT_EQ(r.exit_code, 2) << r.err;

@@ -111,12 +111,7 @@ train() {
     on "$h0" "$build/fairseq-cpp-train" "${train_args[@]}" checkpoint.save_dir="$work/ckpt-local" \
       distributed_training.distributed_port=$port 2>"$log" >/dev/null || fail_with "training, 1 host x 2 workers" "$log"
   fi
-  grep -o '\[train_inner\] {.*}' "$log" | sed 's/^\[train_inner\] //' | /usr/bin/python3 -c 'import json,sys
-rows=[json.loads(l) for l in sys.stdin]
-tokens=" ".join(str(round(r["wpb"])) for r in rows)
-last=rows[-1]["loss"]
-rows=rows[5:]
-print(round(sum(r["wpb"] for r in rows) / sum(r["wpb"] / r["wps"] for r in rows)), last, tokens)' >"$log.wps"
+  grep -o '\[train_inner\] {.*}' "$log" | /usr/bin/python3 "$root/tools/bench/words_per_second.py" >"$log.wps"
   printf '  training %-21s %6s words/s (last loss %s)\n' \
     "$([ "$layout" = hosts ] && echo "2 hosts x 1 worker" || echo "1 host x 2 workers")" \
     "$(cut -d' ' -f1 "$log.wps")" "$(cut -d' ' -f2 "$log.wps")"

@@ -23,12 +23,7 @@ run() {  # MODE INDEX: one training run; its log in $work/MODE-INDEX
     task.data="$data" checkpoint.save_dir="$work/ckpt-$1" checkpoint.no_save=true dataset.disable_validation=true \
     optimization.max_update="$updates" common.cpu_threads=1 common.log_interval=1 \
     distributed_training.distributed_world_size=2 distributed_training.ddp_backend="$1" 2>"$log"
-  grep -o '\[train_inner\] {.*}' "$log" | sed 's/^\[train_inner\] //' | /usr/bin/python3 -c 'import json,sys
-rows=[json.loads(l) for l in sys.stdin]
-tokens=" ".join(str(round(r["wpb"])) for r in rows)
-last=rows[-1]["loss"]
-rows=rows[5:]
-print(round(sum(r["wpb"] for r in rows) / sum(r["wpb"] / r["wps"] for r in rows)), last, tokens)' >"$log.wps"
+  grep -o '\[train_inner\] {.*}' "$log" | /usr/bin/python3 "$root/tools/bench/words_per_second.py" >"$log.wps"
   sed -n 's/.*gradient all-reduce: \([0-9.]*\) s of this run.s \([0-9.]*\) s of updates.*/\1 \2/p' "$log" >"$log.wait"
   [ -s "$log.wait" ] || { echo "no all-reduce line in $log:" >&2; tail -5 "$log" >&2; exit 1; }
 }

@@ -1,6 +1,7 @@
 #include "fairseq_cpp/data/epoch_batch_iterator.h"
 
 #include <algorithm>
+#include <numeric>
 
 #include "fairseq_cpp/core/errors.h"
 
@@ -130,10 +131,19 @@ int64_t EpochBatchIterator::size() const {
   return (n + options_.num_shards - 1) / options_.num_shards;
 }
 
+std::vector<int64_t> EpochBatchIterator::epoch_order(int64_t epoch, bool shuffle) const {
+  // The batches' positions shuffled as fairseq shuffles the batch list itself (the same swaps).
+  std::vector<int64_t> order(batches_.size());
+  std::iota(order.begin(), order.end(), 0);
+  if (shuffle) NumpyRandom(static_cast<uint32_t>(options_.seed + epoch)).shuffle(order);
+  return order;
+}
+
 std::vector<std::vector<int64_t>> EpochBatchIterator::epoch_batches(int64_t epoch, bool shuffle) {
   load_data_of(epoch);
-  std::vector<std::vector<int64_t>> batches = batches_;
-  if (shuffle) NumpyRandom(static_cast<uint32_t>(options_.seed + epoch)).shuffle(batches);
+  std::vector<std::vector<int64_t>> batches;
+  batches.reserve(batches_.size());
+  for (int64_t k : epoch_order(epoch, shuffle)) batches.push_back(batches_[static_cast<size_t>(k)]);
   return batches;
 }
 
@@ -141,9 +151,9 @@ std::unique_ptr<EpochIterator> EpochBatchIterator::make_iterator(int64_t epoch, 
   load_data_of(epoch);
   const auto total = static_cast<int64_t>(batches_.size());
   if (global_offset > 0 && global_offset >= total) return nullptr;
-  auto all = epoch_batches(epoch, shuffle);
+  const std::vector<int64_t> order = epoch_order(epoch, shuffle);
   // Round-robin over what is left of the epoch: shard s takes s, s + N, ...; short shards get
-  // empty batches at the end so every shard has the same length.
+  // empty batches at the end so every shard has the same length. Only this shard's are copied.
   const int64_t n = options_.num_shards;
   const int64_t left = total - global_offset;
   const int64_t per_shard = (left + n - 1) / n;
@@ -151,7 +161,7 @@ std::unique_ptr<EpochIterator> EpochBatchIterator::make_iterator(int64_t epoch, 
   mine.reserve(static_cast<size_t>(per_shard));
   for (int64_t k = 0; k < per_shard; ++k) {
     int64_t g = global_offset + options_.shard_id + k * n;
-    mine.push_back(g < total ? std::move(all[static_cast<size_t>(g)]) : std::vector<int64_t>{});
+    mine.push_back(g < total ? batches_[static_cast<size_t>(order[static_cast<size_t>(g)])] : std::vector<int64_t>{});
   }
   return std::make_unique<EpochIterator>(std::move(mine), loader_, options_.num_workers, options_.buffer_size,
                                          global_offset / n, global_offset, n, total);

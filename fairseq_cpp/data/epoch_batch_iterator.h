@@ -134,6 +134,8 @@ class EpochBatchIterator {
 
  private:
   std::unique_ptr<EpochIterator> make_iterator(int64_t epoch, bool shuffle, int64_t global_offset);
+  // Positions in `batches_` of the batches of `epoch`, in the epoch's order.
+  std::vector<int64_t> epoch_order(int64_t epoch, bool shuffle) const;
   // Makes the data of `epoch`'s directory the loaded one.
   void load_data_of(int64_t epoch);
 

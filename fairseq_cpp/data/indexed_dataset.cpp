@@ -186,6 +186,7 @@ IndexedDataset::IndexedDataset(const std::string& prefix) : prefix_(prefix) {
   pointers_ = p + kHeaderSize + 4 * count_;
   const size_t esize = dtype_size(code);
   const auto bin_size = static_cast<int64_t>(bin_.size());
+  int64_t next = 0;  // where sentence i starts if the sentences lie back to back
   for (size_t i = 0; i < count_; ++i) {
     int32_t size = length(i);
     int64_t ptr = pointer(i);
@@ -194,7 +195,58 @@ IndexedDataset::IndexedDataset(const std::string& prefix) : prefix_(prefix) {
       raise<DataError>("{}: entry {} points past the end of {}: bytes {}..{}, but the file has {} bytes", idx_path, i,
                        bin_path, ptr, ptr + static_cast<int64_t>(size) * static_cast<int64_t>(esize), bin_size);
     }
+    back_to_back_ = back_to_back_ && ptr == next;
+    next = ptr + static_cast<int64_t>(size) * static_cast<int64_t>(esize);
+    elements_ += static_cast<size_t>(size);
   }
+}
+
+namespace {
+
+template <typename T>
+std::pair<int64_t, int64_t> range_of(const uint8_t* data, size_t n) {
+  // The .bin is mapped at a page boundary and sentences lie back to back from 0: aligned elements.
+  const T* p = reinterpret_cast<const T*>(data);
+  T lo = std::numeric_limits<T>::max();
+  T hi = std::numeric_limits<T>::lowest();
+  for (size_t k = 0; k < n; ++k) {
+    lo = std::min(lo, p[k]);
+    hi = std::max(hi, p[k]);
+  }
+  if constexpr (std::is_same_v<T, uint64_t>) {
+    constexpr auto kMax = static_cast<uint64_t>(std::numeric_limits<int64_t>::max());
+    if (hi > kMax) return {-1, std::numeric_limits<int64_t>::max()};
+  }
+  return {static_cast<int64_t>(lo), static_cast<int64_t>(hi)};
+}
+
+}  // namespace
+
+std::optional<std::pair<int64_t, int64_t>> IndexedDataset::integer_range() const {
+  if (!back_to_back_ || elements_ == 0) return std::nullopt;
+  const uint8_t* p = bin_.data();
+  switch (dtype_) {
+    case DType::uint8:
+      return range_of<uint8_t>(p, elements_);
+    case DType::int8:
+      return range_of<int8_t>(p, elements_);
+    case DType::int16:
+      return range_of<int16_t>(p, elements_);
+    case DType::int32:
+      return range_of<int32_t>(p, elements_);
+    case DType::int64:
+      return range_of<int64_t>(p, elements_);
+    case DType::uint16:
+      return range_of<uint16_t>(p, elements_);
+    case DType::uint32:
+      return range_of<uint32_t>(p, elements_);
+    case DType::uint64:
+      return range_of<uint64_t>(p, elements_);
+    case DType::float64:
+    case DType::double_:
+      return std::nullopt;
+  }
+  return std::nullopt;
 }
 
 void IndexedDataset::read(size_t i, int64_t* out) const {

@@ -9,7 +9,9 @@
 #include <cstdint>
 #include <cstring>
 #include <memory>
+#include <optional>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "fairseq_cpp/data/file_util.h"
@@ -87,6 +89,11 @@ class IndexedDataset {
   std::vector<int64_t> tokens(size_t i) const;
   // The largest value in the whole .bin (converted to int64); -1 when there is none.
   int64_t max_value() const;
+  // The smallest and the largest token of all sentences, read in one pass over the .bin when the
+  // sentences lie back to back from its start (as every builder writes them) and the dtype is an
+  // integer; nullopt otherwise, or without sentences. uint64 values past INT64_MAX give -1 as the
+  // smallest (they have no int64 value).
+  std::optional<std::pair<int64_t, int64_t>> integer_range() const;
 
  private:
   std::string prefix_;
@@ -96,6 +103,8 @@ class IndexedDataset {
   size_t count_ = 0;
   const uint8_t* sizes_ = nullptr;     // int32[count_] inside idx_
   const uint8_t* pointers_ = nullptr;  // int64[count_] inside idx_
+  bool back_to_back_ = true;           // sentence i + 1 starts where sentence i ends, the first at 0
+  size_t elements_ = 0;                // elements of all sentences together
 };
 
 // Writes a data-bin pair: items appended in order, then finalize() writes the index and renames

@@ -44,6 +44,9 @@ LanguagePairDataset::LanguagePairDataset(ConcatDataset src, std::optional<Concat
 }
 
 void check_token_ids(const IndexedDataset& dataset, int64_t dict_size, const std::string& dict_name) {
+  // One pass over the whole .bin says whether every id fits; the sentences are read one by one only
+  // when one does not, to name the first.
+  if (auto range = dataset.integer_range(); range && range->first >= 0 && range->second < dict_size) return;
   std::vector<int64_t> buffer;
   for (size_t i = 0; i < dataset.size(); ++i) {
     buffer.resize(static_cast<size_t>(dataset.length(i)));
@@ -182,9 +185,7 @@ Batch LanguagePairDataset::collate(const std::vector<int64_t>& indices) const {
 std::vector<std::vector<int64_t>> LanguagePairDataset::make_batches(uint32_t seed, bool shuffle,
                                                                     const SizeFilterOptions& filter,
                                                                     const BatchingOptions& batching) const {
-  auto indices = ordered_indices(src_sizes_, tgt_sizes_, shuffle, seed);
-  indices = filter_by_size(indices, src_sizes_, tgt_sizes_, filter);
-  return batch_by_size(indices, num_tokens(), batching);
+  return data::make_batches(src_sizes_, tgt_sizes_, shuffle, seed, filter, batching);
 }
 
 std::vector<std::string> split_paths(const std::string& data) {

@@ -3,11 +3,14 @@
 #include <dlfcn.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cstdlib>
 #include <filesystem>
 #include <mutex>
+#include <utility>
 
 #include "fairseq_cpp/core/errors.h"
+#include "fairseq_cpp/data/binarizer.h"
 #include "fairseq_cpp/data/spm_c_api.h"
 
 #ifndef FSQ_SPM_BUILD_DIR
@@ -108,15 +111,51 @@ SentencePiece& SentencePiece::operator=(SentencePiece&& other) noexcept {
 }
 
 std::string SentencePiece::encode_pieces(std::string_view text) const {
-  std::string out(text.size() * 2 + 64, '\0');
+  std::string out;
+  encode_pieces_into(text, out);
+  return out;
+}
+
+void SentencePiece::encode_pieces_into(std::string_view text, std::string& out) const {
+  const size_t at = out.size();
+  out.resize(at + text.size() * 2 + 64);
   auto* model = static_cast<const fsq_spm*>(model_);
-  long n = library_->encode_pieces(model, text.data(), text.size(), out.data(), out.size());
-  if (n >= 0 && static_cast<size_t>(n) > out.size()) {
-    out.resize(static_cast<size_t>(n));
-    n = library_->encode_pieces(model, text.data(), text.size(), out.data(), out.size());
+  long n = library_->encode_pieces(model, text.data(), text.size(), out.data() + at, out.size() - at);
+  if (n >= 0 && static_cast<size_t>(n) > out.size() - at) {
+    out.resize(at + static_cast<size_t>(n));
+    n = library_->encode_pieces(model, text.data(), text.size(), out.data() + at, out.size() - at);
   }
-  if (n < 0) raise<OperationalError>("SentencePiece ({}) failed to encode a line", model_path_);
-  out.resize(static_cast<size_t>(n));
+  if (n < 0) {
+    out.resize(at);
+    raise<OperationalError>("SentencePiece ({}) failed to encode a line", model_path_);
+  }
+  out.resize(at + static_cast<size_t>(n));
+}
+
+EncodedLines encode_lines(const SentencePiece& spm, const std::vector<std::string_view>& lines, int workers) {
+  EncodedLines out;
+  out.buffers.resize(static_cast<size_t>(std::max(1, workers)));
+  std::vector<size_t> ends(lines.size());  // where each line's pieces end in its chunk's buffer
+  std::vector<std::pair<size_t, size_t>> ranges(out.buffers.size());  // each chunk's lines
+  parallel_chunks(lines.size(), workers, [&](size_t begin, size_t end, int chunk) {
+    std::string& buffer = out.buffers[static_cast<size_t>(chunk)];
+    ranges[static_cast<size_t>(chunk)] = {begin, end};
+    for (size_t i = begin; i < end; ++i) {
+      spm.encode_pieces_into(lines[i], buffer);
+      ends[i] = buffer.size();
+    }
+    buffer.shrink_to_fit();
+  });
+  // Views once every buffer has stopped growing.
+  out.lines.resize(lines.size());
+  for (size_t c = 0; c < out.buffers.size(); ++c) {
+    const std::string_view buffer = out.buffers[c];
+    size_t start = 0;
+    for (size_t i = ranges[c].first; i < ranges[c].second; ++i) {
+      out.lines[i] = buffer.substr(start, ends[i] - start);
+      start = ends[i];
+    }
+  }
   return out;
 }
 

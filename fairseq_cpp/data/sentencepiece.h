@@ -30,6 +30,8 @@ class SentencePiece {
   // The pieces of `text` joined by single spaces, as `spm_encode --output_format=piece` prints them.
   // Thread-safe.
   std::string encode_pieces(std::string_view text) const;
+  // The same, appended to `out`.
+  void encode_pieces_into(std::string_view text, std::string& out) const;
   // The piece ids of `text`, as `spm_encode --output_format=id`. Thread-safe.
   std::vector<int> encode_ids(std::string_view text) const;
   int vocab_size() const;
@@ -41,6 +43,16 @@ class SentencePiece {
   void* model_ = nullptr;
   std::string model_path_;
 };
+
+// Lines encoded by encode_pieces, kept back to back in one buffer per worker: millions of small
+// strings fragmented glibc's heap, and SentencePiece's own allocations then crawled (3.3x the
+// time of spm_encode at 4.5M sentence pairs, issue 22).
+struct EncodedLines {
+  std::vector<std::string> buffers;     // the pieces' text
+  std::vector<std::string_view> lines;  // one per input line, into `buffers`
+};
+// Encodes `lines` in `workers` threads.
+EncodedLines encode_lines(const SentencePiece& spm, const std::vector<std::string_view>& lines, int workers);
 
 // Options of SentencePiece training (spm_train's flags of the same names).
 struct SpmTrainOptions {

@@ -1,31 +1,19 @@
 #include "fairseq_cpp/data/text.h"
 
+#include <fcntl.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <algorithm>
 #include <cerrno>
-#include <cstdio>
+#include <cstdint>
 #include <cstring>
 
 #include "fairseq_cpp/core/errors.h"
 
 namespace fairseq_cpp::data {
-namespace {
-
-// Length of the whitespace character at `p` (Python's str.isspace), or 0 when it is not one.
-// `p` points into valid UTF-8 with `n` bytes left.
-inline size_t whitespace_length(const unsigned char* p, size_t n) {
-  unsigned char c = p[0];
-  if (c < 0x80) return (c == ' ' || (c >= 0x09 && c <= 0x0D) || (c >= 0x1C && c <= 0x1F)) ? 1 : 0;
-  if (c == 0xC2 && n >= 2) return (p[1] == 0x85 || p[1] == 0xA0) ? 2 : 0;
-  if (n < 3) return 0;
-  if (c == 0xE1) return (p[1] == 0x9A && p[2] == 0x80) ? 3 : 0;
-  if (c == 0xE2) {
-    if (p[1] == 0x80) return (p[2] <= 0x8A || p[2] == 0xA8 || p[2] == 0xA9 || p[2] == 0xAF) ? 3 : 0;
-    return (p[1] == 0x81 && p[2] == 0x9F) ? 3 : 0;
-  }
-  if (c == 0xE3) return (p[1] == 0x80 && p[2] == 0x80) ? 3 : 0;
-  return 0;
-}
-
-}  // namespace
+using detail::whitespace_length;
 
 std::string_view rstrip(std::string_view line) {
   const auto* s = reinterpret_cast<const unsigned char*>(line.data());
@@ -47,6 +35,9 @@ size_t find_invalid_utf8(std::string_view text) {
     unsigned char c = s[i];
     if (c < 0x80) {
       ++i;
+      // Runs of ASCII, eight bytes at a time.
+      uint64_t word;
+      while (i + 8 <= n && (std::memcpy(&word, s + i, 8), (word & 0x8080808080808080ULL) == 0)) i += 8;
       continue;
     }
     size_t len;
@@ -73,36 +64,44 @@ size_t find_invalid_utf8(std::string_view text) {
 }
 
 void tokenize_line(std::string_view line, std::vector<std::string_view>& tokens) {
-  const auto* p = reinterpret_cast<const unsigned char*>(line.data());
-  size_t n = line.size();
-  size_t i = 0;
-  size_t start = 0;
-  bool in_token = false;
-  while (i < n) {
-    size_t ws = whitespace_length(p + i, n - i);
-    if (ws > 0) {
-      if (in_token) tokens.emplace_back(line.data() + start, i - start);
-      in_token = false;
-      i += ws;
-    } else {
-      if (!in_token) start = i;
-      in_token = true;
-      ++i;
-    }
-  }
-  if (in_token) tokens.emplace_back(line.data() + start, n - start);
+  for_each_token(line, [&](std::string_view token) { tokens.push_back(token); });
+}
+
+void TextFile::Unmap::operator()(char* p) const {
+  if (p != nullptr) ::munmap(p, size);
 }
 
 TextFile TextFile::read(const std::string& path) {
-  std::FILE* f = std::fopen(path.c_str(), "rb");
-  if (f == nullptr) raise<DataError>("cannot read {}: {}", path, std::strerror(errno));
+  int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  if (fd < 0) raise<DataError>("cannot read {}: {}", path, std::strerror(errno));
+  struct stat st {};
+  if (::fstat(fd, &st) == 0 && S_ISREG(st.st_mode) && st.st_size > 0) {
+    // A regular file: its pages, mapped (no copy, no heap; lines point into them).
+    const auto size = static_cast<size_t>(st.st_size);
+    void* p = ::mmap(nullptr, size, PROT_READ, MAP_PRIVATE, fd, 0);
+    ::close(fd);
+    if (p == MAP_FAILED) raise<DataError>("cannot read {}: {}", path, std::strerror(errno));
+    TextFile file;
+    file.path_ = path;
+    file.mapped_ = std::unique_ptr<char, Unmap>(static_cast<char*>(p), Unmap{size});
+    file.text_ = std::string_view(file.mapped_.get(), size);
+    file.split_and_check();
+    return file;
+  }
+  // A pipe, a device, or an empty file: read to the end.
   std::string content;
   char buffer[1 << 16];
-  size_t got;
-  while ((got = std::fread(buffer, 1, sizeof buffer, f)) > 0) content.append(buffer, got);
-  bool failed = std::ferror(f) != 0;
-  std::fclose(f);
-  if (failed) raise<DataError>("cannot read {}: I/O error", path);
+  ssize_t got;
+  while ((got = ::read(fd, buffer, sizeof buffer)) != 0) {
+    if (got < 0) {
+      if (errno == EINTR) continue;
+      int err = errno;
+      ::close(fd);
+      raise<DataError>("cannot read {}: {}", path, std::strerror(err));
+    }
+    content.append(buffer, static_cast<size_t>(got));
+  }
+  ::close(fd);
   return from_string(std::move(content), path);
 }
 
@@ -110,28 +109,44 @@ TextFile TextFile::from_string(std::string content, const std::string& name) {
   TextFile file;
   file.path_ = name;
   file.content_ = std::make_unique<std::string>(std::move(content));
+  file.text_ = *file.content_;
   file.split_and_check();
   return file;
 }
 
 void TextFile::split_and_check() {
-  std::string_view all(*content_);
-  size_t start = 0;
+  const std::string_view all = text_;
   const size_t n = all.size();
-  while (start < n) {
-    size_t end = start;
-    while (end < n && all[end] != '\n' && all[end] != '\r') ++end;
-    lines_.push_back(all.substr(start, end - start));
-    if (end < n && all[end] == '\r' && end + 1 < n && all[end + 1] == '\n') ++end;
-    start = end + 1;
-  }
-  for (size_t i = 0; i < lines_.size(); ++i) {
-    size_t bad = find_invalid_utf8(lines_[i]);
-    if (bad != std::string_view::npos) {
-      raise<DataError>("{}:{}: invalid UTF-8 at byte {} of the line (found byte 0x{:02x}); expected UTF-8 text", path_,
-                       i + 1, bad + 1, static_cast<unsigned>(static_cast<unsigned char>(lines_[i][bad])));
+  const char* base = all.data();
+  if (std::memchr(base, '\r', n) == nullptr) {
+    // "\n" alone ends lines (the usual case): memchr from one to the next.
+    size_t start = 0;
+    while (start < n) {
+      const void* nl = std::memchr(base + start, '\n', n - start);
+      const size_t end = nl == nullptr ? n : static_cast<size_t>(static_cast<const char*>(nl) - base);
+      lines_.push_back(all.substr(start, end - start));
+      start = end + 1;
+    }
+  } else {
+    size_t start = 0;
+    while (start < n) {
+      size_t end = start;
+      while (end < n && all[end] != '\n' && all[end] != '\r') ++end;
+      lines_.push_back(all.substr(start, end - start));
+      if (end < n && all[end] == '\r' && end + 1 < n && all[end + 1] == '\n') ++end;
+      start = end + 1;
     }
   }
+  // The whole text at once: its first invalid byte is the first one of the first invalid line (line
+  // terminators are ASCII, so a sequence they cut is invalid either way).
+  const size_t bad = find_invalid_utf8(all);
+  if (bad == std::string_view::npos) return;
+  auto line = std::upper_bound(lines_.begin(), lines_.end(), base + bad,
+                               [](const char* p, std::string_view l) { return p < l.data(); });
+  const auto i = static_cast<size_t>(line - lines_.begin()) - 1;
+  const auto at = static_cast<size_t>(base + bad - lines_[i].data());
+  raise<DataError>("{}:{}: invalid UTF-8 at byte {} of the line (found byte 0x{:02x}); expected UTF-8 text", path_,
+                   i + 1, at + 1, static_cast<unsigned>(static_cast<unsigned char>(lines_[i][at])));
 }
 
 }  // namespace fairseq_cpp::data

@@ -60,7 +60,7 @@ namespace {
 struct Text {
   std::string path;
   std::optional<data::TextFile> file;
-  std::vector<std::string> encoded;
+  data::EncodedLines encoded;
   std::vector<std::string_view> lines;
 };
 
@@ -192,11 +192,8 @@ void preprocess(const PreprocessOptions& o) {
   for (auto& [path, text] : texts) {
     const auto& lines = text.file->lines();
     if (spm) {
-      text.encoded.resize(lines.size());
-      data::parallel_chunks(lines.size(), workers, [&](size_t begin, size_t end, int) {
-        for (size_t i = begin; i < end; ++i) text.encoded[i] = spm->encode_pieces(lines[i]);
-      });
-      text.lines.assign(text.encoded.begin(), text.encoded.end());
+      text.encoded = data::encode_lines(*spm, lines, workers);
+      text.lines = std::move(text.encoded.lines);
     } else {
       text.lines = lines;
     }

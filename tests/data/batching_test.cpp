@@ -3,11 +3,15 @@
 
 #include <torch/torch.h>
 
+#include <algorithm>
 #include <atomic>
+#include <fstream>
+#include <numeric>
 #include <set>
 #include <sstream>
 
 #include "fairseq_cpp/core/errors.h"
+#include "fairseq_cpp/core/logging.h"
 #include "fairseq_cpp/data/batching.h"
 #include "fairseq_cpp/data/epoch_batch_iterator.h"
 #include "fairseq_cpp/data/language_pair_dataset.h"
@@ -22,6 +26,39 @@ std::string join(const std::vector<int64_t>& v) {
   std::string s;
   for (size_t i = 0; i < v.size(); ++i) s += (i ? " " : "") + std::to_string(v[i]);
   return s;
+}
+
+// Sizes of n examples: 1-60 tokens, one in 50 up to `long_tail` (drawn from numpy's stream, so
+// the same on every platform).
+void synthetic_sizes(size_t n, uint32_t seed, int64_t long_tail, std::vector<int64_t>& src, std::vector<int64_t>& tgt) {
+  NumpyRandom r(seed);
+  src.resize(n);
+  tgt.resize(n);
+  for (size_t i = 0; i < n; ++i) {
+    src[i] = 1 + static_cast<int64_t>(r.interval(r.interval(49) == 0 ? static_cast<uint64_t>(long_tail - 1) : 59));
+    tgt[i] = 1 + static_cast<int64_t>(r.interval(r.interval(49) == 0 ? static_cast<uint64_t>(long_tail - 1) : 59));
+  }
+}
+
+// FNV-1a of every batch's ids in order, with a separator after each batch.
+uint64_t fingerprint(const std::vector<std::vector<int64_t>>& batches) {
+  uint64_t h = 14695981039346656037ULL;
+  auto mix = [&](uint64_t v) { h = (h ^ v) * 1099511628211ULL; };
+  for (const auto& b : batches) {
+    for (int64_t i : b) mix(static_cast<uint64_t>(i));
+    mix(~0ULL);
+  }
+  return h;
+}
+
+// The three steps one by one (what make_batches must equal).
+std::vector<std::vector<int64_t>> three_steps(const std::vector<int64_t>& src, const std::vector<int64_t>& tgt,
+                                              bool shuffle, uint32_t seed, const SizeFilterOptions& filter,
+                                              const BatchingOptions& batching) {
+  auto indices = filter_by_size(ordered_indices(src, tgt, shuffle, seed), src, tgt, filter);
+  std::vector<int64_t> num_tokens(src);
+  for (size_t i = 0; i < tgt.size(); ++i) num_tokens[i] = std::max(num_tokens[i], tgt[i]);
+  return batch_by_size(indices, num_tokens, batching);
 }
 
 TEST(Batching, PermutationAndShuffleEqualNumpy) {
@@ -95,9 +132,229 @@ TEST(Batching, FixtureTrainGivesFairseqsBatchCount) {
   o.required_batch_size_multiple = 8;
   auto batches = ds.make_batches(1, true, {}, o);
   EXPECT_EQ(batches.size(), 136u);
+  EXPECT_EQ(fingerprint(batches), 0xdbf3198324770a49ULL);  // made by the comparison sorts
   size_t total = 0;
   for (auto& b : batches) total += b.size();
   EXPECT_EQ(total, 29000u);
+}
+
+TEST(Batching, LargeCorpusBatchesArePinned) {
+  // Fingerprints made by the comparison sorts (std::stable_sort by target, then by source), before
+  // the counting sort replaced them: any change of order, filter or cut changes them.
+  std::vector<int64_t> src, tgt;
+  synthetic_sizes(200000, 11, 1500, src, tgt);
+  SizeFilterOptions filter;
+  filter.max_source_positions = 1024;
+  filter.max_target_positions = 1024;
+  BatchingOptions tokens;
+  tokens.max_tokens = 4096;
+  auto batches = make_batches(src, tgt, true, 1, filter, tokens);
+  EXPECT_EQ(batches.size(), 2773u);
+  EXPECT_EQ(fingerprint(batches), 0x1e2224ff0c31115dULL);
+  EXPECT_EQ(fingerprint(three_steps(src, tgt, true, 1, filter, tokens)), 0x1e2224ff0c31115dULL);
+
+  // Each epoch's shuffle, and one worker's share of a resumed epoch.
+  auto size_only = [](const std::vector<int64_t>& ids) {
+    Batch b;
+    b.nsentences = static_cast<int64_t>(ids.size());
+    return b;
+  };
+  EpochBatchIteratorOptions o;
+  o.seed = 1;
+  EpochBatchIterator itr(batches, size_only, o);
+  EXPECT_EQ(fingerprint(itr.epoch_batches(1, true)), 0xac5d33a0bf0ed631ULL);
+  EXPECT_EQ(fingerprint(itr.epoch_batches(2, true)), 0xe87b7be1d3890919ULL);
+  EXPECT_EQ(fingerprint(itr.epoch_batches(2, false)), fingerprint(batches));
+  o.num_shards = 3;
+  o.shard_id = 1;
+  o.num_workers = 0;
+  std::vector<std::vector<int64_t>> seen;
+  EpochBatchIterator shard(
+      batches,
+      [&](const std::vector<int64_t>& ids) {
+        seen.push_back(ids);
+        return size_only(ids);
+      },
+      o);
+  shard.load_state(IteratorState{2, 301, true});
+  auto& epoch = shard.next_epoch_itr();
+  while (epoch.next()) {
+  }
+  EXPECT_EQ(seen.size(), 824u);
+  EXPECT_EQ(fingerprint(seen), 0x9cd80ac8121783afULL);
+
+  // Source only, sentence limit and multiple of 8; no shuffle.
+  BatchingOptions mixed;
+  mixed.max_tokens = 2048;
+  mixed.max_sentences = 100;
+  mixed.required_batch_size_multiple = 8;
+  auto source_only = make_batches(src, {}, true, 7, filter, mixed);
+  EXPECT_EQ(source_only.size(), 4312u);
+  EXPECT_EQ(fingerprint(source_only), 0x6cd66883970468a6ULL);
+  BatchingOptions sentences;
+  sentences.max_sentences = 64;
+  sentences.required_batch_size_multiple = 8;
+  auto unshuffled = make_batches(src, tgt, false, 1, filter, sentences);
+  EXPECT_EQ(unshuffled.size(), 3086u);
+  EXPECT_EQ(fingerprint(unshuffled), 0x6b24335735292560ULL);
+
+  // Sizes past 65,535 (the comparison sorts' path).
+  synthetic_sizes(50000, 3, 100000, src, tgt);
+  SizeFilterOptions wide;
+  wide.max_source_positions = 1 << 20;
+  wide.max_target_positions = 90000;
+  BatchingOptions big;
+  big.max_tokens = 1 << 20;
+  auto long_ones = make_batches(src, tgt, true, 3, wide, big);
+  EXPECT_EQ(long_ones.size(), 212u);
+  EXPECT_EQ(fingerprint(long_ones), 0x08268f0b67ee0e8aULL);
+}
+
+TEST(Batching, OrderFilterAndBatchesEqualNumpyAtScale) {
+  // fairseq's pipeline in numpy (ordered_indices' two mergesorts, filter_indices_by_size,
+  // batch_by_size_fast, the epoch's shuffle) on 100,000 examples with ties and filtered ones.
+  std::vector<int64_t> src, tgt;
+  synthetic_sizes(100000, 5, 1300, src, tgt);
+  TempDir dir;
+  std::string text;
+  for (size_t i = 0; i < src.size(); ++i) text += std::to_string(src[i]) + " " + std::to_string(tgt[i]) + "\n";
+  const std::string path = dir.write("sizes.txt", text);
+  std::string expected = testing::python(
+      "import numpy as np\n"
+      "a=np.loadtxt('" +
+      path +
+      "', dtype=np.int64).reshape(-1, 2); src=a[:, 0]; tgt=a[:, 1]\n"
+      "np.random.seed(9); i=np.random.permutation(len(src))\n"
+      "i=i[np.argsort(tgt[i], kind='mergesort')]; i=i[np.argsort(src[i], kind='mergesort')]\n"
+      "i=i[(src[i] <= 1024) & (tgt[i] <= 1000)]\n"
+      "ntok=np.maximum(src, tgt)\n"
+      "batches=[]; batch=[]; lens=[]; longest=0\n"
+      "for idx in i.tolist():\n"
+      "  lens.append(int(ntok[idx])); longest=max(longest, lens[-1])\n"
+      "  if batch and (len(batch) == 120 or (len(batch) + 1) * longest > 4096):\n"
+      "    m=max(8 * (len(batch) // 8), len(batch) % 8)\n"
+      "    batches.append(batch[:m]); batch=batch[m:]; lens=lens[m:]; longest=max(lens) if lens else 0\n"
+      "  batch.append(idx)\n"
+      "if batch: batches.append(batch)\n"
+      "def fp(bs):\n"
+      "  h=14695981039346656037\n"
+      "  for b in bs:\n"
+      "    for v in b + [2**64 - 1]: h=((h ^ v) * 1099511628211) % 2**64\n"
+      "  return h\n"
+      "print(len(batches), fp(batches))\n"
+      "np.random.seed(9 + 2); np.random.shuffle(batches); print(fp(batches))\n");
+  SizeFilterOptions filter;
+  filter.max_source_positions = 1024;
+  filter.max_target_positions = 1000;
+  BatchingOptions o;
+  o.max_tokens = 4096;
+  o.max_sentences = 120;
+  o.required_batch_size_multiple = 8;
+  auto batches = make_batches(src, tgt, true, 9, filter, o);
+  EpochBatchIteratorOptions io;
+  io.seed = 9;
+  EpochBatchIterator itr(
+      batches, [](const std::vector<int64_t>&) { return Batch{}; }, io);
+  EXPECT_EQ(fmt::format("{} {}\n{}\n", batches.size(), fingerprint(batches), fingerprint(itr.epoch_batches(2, true))),
+            expected);
+}
+
+// ordered_indices as its definition says, by comparison sorts.
+std::vector<int64_t> reference_order(const std::vector<int64_t>& src, const std::vector<int64_t>& tgt, bool shuffle,
+                                     uint32_t seed) {
+  std::vector<int64_t> indices(src.size());
+  std::iota(indices.begin(), indices.end(), 0);
+  if (shuffle) NumpyRandom(seed).shuffle(indices);
+  auto by = [](const std::vector<int64_t>& sizes) {
+    return [&sizes](int64_t a, int64_t b) { return sizes[static_cast<size_t>(a)] < sizes[static_cast<size_t>(b)]; };
+  };
+  if (!tgt.empty()) std::stable_sort(indices.begin(), indices.end(), by(tgt));
+  std::stable_sort(indices.begin(), indices.end(), by(src));
+  return indices;
+}
+
+TEST(Batching, CountingSortEqualsComparisonSortOnRandomCases) {
+  NumpyRandom r(17);
+  for (int round = 0; round < 300; ++round) {
+    const auto n = static_cast<size_t>(r.interval(round < 20 ? 2 : 3000));
+    // Narrow or wide size ranges (ties or none), zeros, and now and then sizes past 65,535.
+    const uint64_t range = std::vector<uint64_t>{3, 60, 1000, 70000}[r.interval(3)];
+    std::vector<int64_t> src(n), tgt(n);
+    for (size_t i = 0; i < n; ++i) {
+      src[i] = static_cast<int64_t>(r.interval(range));
+      tgt[i] = static_cast<int64_t>(r.interval(range));
+    }
+    if (round % 5 == 0) tgt.clear();
+    const bool shuffle = round % 7 != 0;
+    const auto seed = static_cast<uint32_t>(r.interval(1000));
+    SCOPED_TRACE(fmt::format("round {}: n {}, sizes 0-{}, targets {}, shuffle {}, seed {}", round, n, range,
+                             !tgt.empty(), shuffle, seed));
+    ASSERT_EQ(ordered_indices(src, tgt, shuffle, seed), reference_order(src, tgt, shuffle, seed));
+    SizeFilterOptions filter;
+    filter.max_source_positions = static_cast<int64_t>(range) * 3 / 4;
+    filter.max_target_positions = static_cast<int64_t>(range) - 1;
+    BatchingOptions o;
+    o.max_tokens = static_cast<int64_t>(range) * 4;
+    o.max_sentences = static_cast<int64_t>(r.interval(20));
+    o.required_batch_size_multiple = 1 + static_cast<int64_t>(r.interval(8));
+    ASSERT_EQ(make_batches(src, tgt, shuffle, seed, filter, o), three_steps(src, tgt, shuffle, seed, filter, o));
+  }
+  EXPECT_THROW(ordered_indices({1, 2, 3}, {1, 2}, true, 1), DataError);
+  EXPECT_THROW(make_batches({1, 2, 3}, {1, 2}, true, 1, {}, {}), DataError);
+}
+
+TEST(Batching, MakeBatchesWarnsAndFailsAsTheThreeSteps) {
+  std::vector<int64_t> src, tgt;
+  synthetic_sizes(5000, 2, 400, src, tgt);
+  SizeFilterOptions filter;
+  filter.max_source_positions = 300;
+  filter.max_target_positions = 200;
+  filter.what = "train";
+  BatchingOptions o;
+  o.max_tokens = 1000;
+  // The same warning (count and first ids), from both paths.
+  TempDir dir;
+  const log::LogOptions saved = log::options();
+  auto warnings = [&](const std::string& name, auto&& run) {
+    log::LogOptions logged = saved;
+    logged.file = dir.path() + "/" + name;
+    log::configure(logged);
+    run();
+    log::configure(saved);
+    std::ifstream in(logged.file);
+    std::string line, all;
+    while (std::getline(in, line)) all += line.substr(line.find(" | ")) + "\n";
+    return all;
+  };
+  std::string fused = warnings("fused", [&] { make_batches(src, tgt, true, 4, filter, o); });
+  std::string steps = warnings("steps", [&] { three_steps(src, tgt, true, 4, filter, o); });
+  size_t invalid = 0;
+  for (size_t i = 0; i < src.size(); ++i) invalid += src[i] > 300 || tgt[i] > 200;
+  ASSERT_GT(invalid, 10u);
+  EXPECT_NE(fused.find(fmt::format(
+                "train: {} examples have invalid sizes and will be skipped, max_positions=(300, 200)", invalid)),
+            std::string::npos)
+      << fused;
+  EXPECT_EQ(fused, steps);
+  // Without skip_invalid, the same error naming the first example dropped.
+  filter.skip_invalid = false;
+  auto message = [&](auto&& run) {
+    try {
+      run();
+    } catch (const DataError& e) {
+      return std::string(e.what());
+    }
+    return std::string("no error");
+  };
+  std::string fused_error = message([&] { make_batches(src, tgt, true, 4, filter, o); });
+  EXPECT_EQ(fused_error, message([&] { three_steps(src, tgt, true, 4, filter, o); }));
+  EXPECT_EQ(fused_error.rfind("train: example ", 0), 0u) << fused_error;
+  // An example longer than max_tokens.
+  filter.max_source_positions = filter.max_target_positions = 1000;
+  o.max_tokens = 300;
+  std::string too_long = message([&] { make_batches(src, tgt, false, 4, filter, o); });
+  EXPECT_EQ(too_long, message([&] { three_steps(src, tgt, false, 4, filter, o); }));
+  EXPECT_NE(too_long.find("more than dataset.max_tokens = 300"), std::string::npos) << too_long;
 }
 
 TEST(Batching, FilterBySizeSkipsWithCountOrFails) {

@@ -3,6 +3,8 @@
 
 #include <cstring>
 #include <fstream>
+#include <optional>
+#include <utility>
 
 #include "fairseq_cpp/core/errors.h"
 #include "fairseq_cpp/data/indexed_dataset.h"
@@ -143,8 +145,9 @@ TEST(IndexedDataset, Float64ThatIsNoTokenIdIsDataError) {
     ds.tokens(0);
     FAIL();
   } catch (const DataError& e) {
-    EXPECT_EQ(std::string(e.what()), dir.path() + "/f.bin: sentence 0, element 1: expected a token id, found 1e+300 "
-                                                   "(float64 data)");
+    EXPECT_EQ(std::string(e.what()), dir.path() +
+                                         "/f.bin: sentence 0, element 1: expected a token id, found 1e+300 "
+                                         "(float64 data)");
   }
   EXPECT_THROW(ds.max_value(), DataError);
 }
@@ -166,6 +169,64 @@ TEST(IndexedDataset, DictionaryTooSmallForTokenIds) {
     EXPECT_EQ(msg.rfind(bin + "/valid.en-de.en.bin: sentence 0 has token id ", 0), 0u) << msg;
     EXPECT_NE(msg.find("but small/dict.en.txt has 100 symbols (ids 0-99)"), std::string::npos) << msg;
   }
+}
+
+TEST(IndexedDataset, TokenIdCheckInOnePassNamesTheFirstBadSentence) {
+  // Every dtype: the one-pass range, and check_token_ids naming the first sentence with an id past
+  // the dictionary (sentence 1, not sentence 2 with the largest id).
+  for (int code = 1; code <= 10; ++code) {
+    TempDir dir;
+    auto dtype = static_cast<DType>(code);
+    IndexedDatasetBuilder b(dir.path() + "/d", dtype);
+    std::vector<std::vector<int64_t>> rows = {{4, 5, 2}, {}, {9, 2}, {7, 120, 2}};
+    for (auto& r : rows) b.add_item(r.data(), r.size());
+    b.finalize();
+    IndexedDataset ds(dir.path() + "/d");
+    const bool floating = dtype == DType::float64 || dtype == DType::double_;
+    EXPECT_EQ(ds.integer_range(), floating ? std::nullopt : std::optional(std::pair<int64_t, int64_t>(2, 120)))
+        << dtype_name(dtype);
+    EXPECT_NO_THROW(check_token_ids(ds, 121, "dict.txt"));
+    try {
+      check_token_ids(ds, 9, "dict.txt");
+      ADD_FAILURE() << dtype_name(dtype) << ": no error";
+    } catch (const DataError& e) {
+      EXPECT_EQ(std::string(e.what()), dir.path() +
+                                           "/d.bin: sentence 2 has token id 9, but dict.txt has 9 symbols "
+                                           "(ids 0-8); the data-bin and its dictionary do not match")
+          << dtype_name(dtype);
+    }
+  }
+  // A negative id (int16) and a uint64 past INT64_MAX are no ids either.
+  TempDir dir;
+  IndexedDatasetBuilder b(dir.path() + "/n", DType::int16);
+  std::vector<int64_t> negative = {4, -3, 2};
+  b.add_item(negative.data(), negative.size());
+  b.finalize();
+  IndexedDataset n(dir.path() + "/n");
+  EXPECT_EQ(n.integer_range(), std::optional(std::pair<int64_t, int64_t>(-3, 4)));
+  EXPECT_THROW(check_token_ids(n, 100, "dict.txt"), DataError);
+  IndexedDatasetBuilder u(dir.path() + "/u", DType::uint64);
+  std::vector<int64_t> huge = {4, -1, 2};  // stored as 2^64 - 1
+  u.add_item(huge.data(), huge.size());
+  u.finalize();
+  IndexedDataset big(dir.path() + "/u");
+  EXPECT_EQ(big.integer_range()->first, -1);
+  EXPECT_THROW(check_token_ids(big, 100, "dict.txt"), DataError);
+}
+
+TEST(IndexedDataset, TokenIdCheckOfSentencesNotBackToBackReadsOnlyThem) {
+  // Sentences {5 2} at byte 4 and {6 2} at byte 0 (out of order), and 999 in bytes 8..9 that no
+  // sentence refers to: no one-pass range, and the check reads the sentences alone.
+  TempDir dir;
+  std::string idx = {'M', 'M', 'I', 'D', 'I', 'D', 'X', 0, 0, 1, 0, 0, 0, 0, 0, 0, 0, 8, 2, 0, 0, 0, 0, 0, 0,
+                     0,   2,   0,   0,   0,   2,   0,   0, 0, 4, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0};
+  dir.write("g.idx", idx);
+  dir.write("g.bin", std::string({6, 0, 2, 0, 5, 0, 2, 0, static_cast<char>(999 & 0xff), 999 >> 8}));
+  IndexedDataset ds(dir.path() + "/g");
+  EXPECT_EQ(ds.tokens(0), (std::vector<int64_t>{5, 2}));
+  EXPECT_EQ(ds.integer_range(), std::nullopt);
+  EXPECT_NO_THROW(check_token_ids(ds, 7, "dict.txt"));
+  EXPECT_THROW(check_token_ids(ds, 6, "dict.txt"), DataError);
 }
 
 }  // namespace

@@ -40,6 +40,20 @@ TEST(SentencePiece, PiecesAndIdsEqualSpmEncodeOnMulti30k) {
   }
   EXPECT_EQ(my_pieces, pieces.out);
   EXPECT_EQ(my_ids, ids.out);
+  // encode_lines (one buffer per worker) gives the same lines, whatever the number of workers;
+  // more workers than lines too.
+  for (int workers : {1, 2, 3}) {
+    EncodedLines encoded = encode_lines(spm, text.lines(), workers);
+    std::string joined;
+    for (auto line : encoded.lines) (joined += line) += "\n";
+    EXPECT_EQ(joined, pieces.out) << workers << " workers";
+    std::vector<std::string_view> two(text.lines().begin(), text.lines().begin() + 2);
+    EncodedLines few = encode_lines(spm, two, 5);
+    ASSERT_EQ(few.lines.size(), 2u);
+    EXPECT_EQ(few.lines[0], spm.encode_pieces(two[0]));
+    EXPECT_EQ(few.lines[1], spm.encode_pieces(two[1]));
+  }
+  EXPECT_TRUE(encode_lines(spm, {}, 2).lines.empty());
   // Decoding needs no model: pieces of every line give back the raw line (Multi30k is normalized text).
   size_t i = 0;
   for (auto line : text.lines()) {

@@ -348,6 +348,17 @@ Topology resolve_topology(const TopologyInputs& in) {
   return t;
 }
 
+std::string local_device(const TopologyInputs& in) {
+  Env env(in.env);
+  if (!use_cuda(in)) return "cpu";
+  if (env.has("LOCAL_RANK")) {
+    const int local_rank = env.integer("LOCAL_RANK");
+    if (local_rank < 0) raise<UserError>("LOCAL_RANK must be at least 0, but is {} instead.", local_rank);
+    return device_for(in, local_rank, "LOCAL_RANK");
+  }
+  return device_for(in, in.device_id, "`distributed_training.device_id`");
+}
+
 std::map<std::string, std::string> capture_environment() {
   std::map<std::string, std::string> out;
   for (char** e = environ; *e != nullptr; ++e) {

@@ -59,6 +59,13 @@ struct TopologyInputs {
 // Throws UserError that says what to fix when the inputs are inconsistent or half set.
 Topology resolve_topology(const TopologyInputs& inputs);
 
+// The device of a program that runs one process and joins no gang (generate, interactive, eval
+// validate), picked as training picks a worker's: the CPU with common.cpu or without CUDA, else
+// cuda:LOCAL_RANK where a launcher set LOCAL_RANK (torchrun, or one process per GPU under any
+// launcher that follows it), else cuda:`distributed_training.device_id`. A device this node lacks,
+// or a LOCAL_RANK that is no integer, is a UserError.
+std::string local_device(const TopologyInputs& inputs);
+
 // This process's launcher-related environment variables (torchrun's, SLURM's, FSQ_LAUNCH_MODE).
 std::map<std::string, std::string> capture_environment();
 

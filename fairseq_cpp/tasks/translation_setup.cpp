@@ -9,8 +9,10 @@
 #include "fairseq_cpp/checkpoint/load_model.h"
 #include "fairseq_cpp/core/errors.h"
 #include "fairseq_cpp/core/logging.h"
+#include "fairseq_cpp/distributed/topology.h"
 #include "fairseq_cpp/models/ensemble.h"
 #include "fairseq_cpp/models/quantize.h"
+#include "fairseq_cpp/tasks/distributed_setup.h"
 
 namespace fairseq_cpp::tasks {
 namespace fs = std::filesystem;
@@ -80,8 +82,8 @@ Translation load_translation(const config::Config& cli, const std::string& split
   t.tgt_dict = data::Dictionary::load((fs::path(t.data_dir) / ("dict." + t.tgt_lang + ".txt")).string());
   models::Vocabularies vocab{t.src_dict.size(), t.tgt_dict.size(), t.src_dict.pad(),
                              t.src_dict.to_text() == t.tgt_dict.to_text()};
-  const bool cuda = torch::cuda::is_available() && !cli.common.cpu;
-  t.device = cuda ? c10::Device(c10::kCUDA, 0) : c10::Device(c10::kCPU);
+  t.device = c10::Device(distributed::local_device(topology_inputs(cli)));
+  const bool cuda = t.device.is_cuda();
   const bool int8 = cli.generation.quantize == "int8";
   if (int8 && cuda) raise<UserError>("--quantize int8 runs on the CPU only, and this run is on the GPU; add --cpu");
   std::vector<std::shared_ptr<models::EncoderDecoderModel>> members;

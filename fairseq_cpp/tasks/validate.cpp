@@ -14,6 +14,7 @@
 #include "fairseq_cpp/core/logging.h"
 #include "fairseq_cpp/data/dictionary.h"
 #include "fairseq_cpp/data/language_pair_dataset.h"
+#include "fairseq_cpp/tasks/distributed_setup.h"
 #include "fairseq_cpp/tasks/translation_setup.h"
 
 namespace fairseq_cpp::tasks {
@@ -63,8 +64,7 @@ std::vector<SubsetLoss> validate(const config::Config& cli) {
   models::Vocabularies vocab{src_dict.size(), tgt_dict.size(), src_dict.pad(),
                              src_dict.to_text() == tgt_dict.to_text()};
 
-  const bool cuda = torch::cuda::is_available() && !cli.common.cpu;
-  const c10::Device device = cuda ? c10::Device(c10::kCUDA, 0) : c10::Device(c10::kCPU);
+  const c10::Device device(distributed::local_device(topology_inputs(cli)));
   checkpoint::LoadedModel loaded = checkpoint::load_model(stored, path, vocab, device, cli.common_eval.use_ema);
   const config::Config& trained = loaded.config;
   log::info("eval", "loaded {} ({} parameters, arch {}{}) on {}", path, models::count_parameters(*loaded.model),

@@ -281,6 +281,40 @@ TEST(Topology, TorchrunsAgentStoreIsJoinedAsAClient) {
   EXPECT_FALSE(resolve_topology(inputs_for({"spawn", env, nullptr, "", false})).store_from_agent);
 }
 
+// generate, interactive and eval validate: one process, on the device a training worker of the same
+// launch would take.
+TEST(Topology, OneProcessProgramsTakeTheDeviceOfTheirLaunch) {
+  auto device = [](std::map<std::string, std::string> env, int gpus, int device_id, bool cpu) {
+    TopologyInputs in;
+    in.env = std::move(env);
+    in.cuda_devices = gpus;
+    in.device_id = device_id;
+    in.cpu = cpu;
+    return local_device(in);
+  };
+  EXPECT_EQ(device({}, 0, 0, false), "cpu");
+  EXPECT_EQ(device({}, 0, 3, false), "cpu");  // no CUDA: device_id does not matter
+  EXPECT_EQ(device({}, 4, 0, false), "cuda:0");
+  EXPECT_EQ(device({}, 4, 2, false), "cuda:2");
+  EXPECT_EQ(device({}, 4, 2, true), "cpu");                         // common.cpu
+  EXPECT_EQ(device({{"LOCAL_RANK", "3"}}, 4, 0, false), "cuda:3");  // a launcher's LOCAL_RANK wins
+  EXPECT_EQ(device({{"LOCAL_RANK", "3"}}, 4, 1, false), "cuda:3");
+  EXPECT_EQ(device({{"LOCAL_RANK", "3"}}, 0, 0, false), "cpu");
+  EXPECT_EQ(device(torchrun(5, 8, 1, 4), 4, 0, false), "cuda:1");
+  auto error = [&](std::map<std::string, std::string> env, int gpus, int device_id) {
+    try {
+      device(std::move(env), gpus, device_id, false);
+    } catch (const UserError& e) {
+      return std::string(e.what());
+    }
+    return std::string("no error");
+  };
+  EXPECT_EQ(error({}, 2, 2), "`distributed_training.device_id` is 2, but this node has only 2 CUDA device(s).");
+  EXPECT_EQ(error({{"LOCAL_RANK", "4"}}, 4, 0), "LOCAL_RANK is 4, but this node has only 4 CUDA device(s).");
+  EXPECT_EQ(error({{"LOCAL_RANK", "one"}}, 4, 0), "environment variable LOCAL_RANK must be an integer, but is \"one\" instead.");
+  EXPECT_EQ(error({{"LOCAL_RANK", "-1"}}, 4, 0), "LOCAL_RANK must be at least 0, but is -1 instead.");
+}
+
 TEST(Topology, FreePortIsUsable) {
   int port = pick_free_port();
   EXPECT_GT(port, 0);

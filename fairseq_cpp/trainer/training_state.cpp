@@ -1,7 +1,5 @@
 #include "fairseq_cpp/trainer/training_state.h"
 
-#include <tuple>
-
 #include <ATen/ATen.h>
 #include <ATen/core/Dict.h>
 #include <ATen/core/ivalue.h>
@@ -85,7 +83,6 @@ TrainingState restore_checkpoint(const checkpoint::StateDict& ckpt, const std::s
   if (get(extra, "has_best", path).toBool()) state.best = get(extra, "best", path).toDouble();
   state.bad_validations = get_int(extra, "bad_validations", path);
   if (!options.reset_meters) state.wall_seconds = get(extra, "wall_seconds", path).toDouble();
-  std::tie(state.batch_world_size, state.update_batches) = saved_global_batch(ckpt, path);
   if (!options.reset_dataloader) {
     checkpoint::StateDict iterator = get_dict(extra, "train_iterator", path);
     state.iterator.epoch = get_int(iterator, "epoch", path);

@@ -26,7 +26,9 @@ struct TrainingState {
   double wall_seconds = 0;       // training time of earlier runs, in seconds
   // The global batch: the world size that `optimization.update_freq` is meant for (the run's first
   // with distributed_training.keep_global_batch, else the writer's), and the batches per update of
-  // the writer (its world size x update_freq); 0 = not known (checkpoints from before them).
+  // the writer (its world size x update_freq); 0 = not known (checkpoints from before them). The
+  // training loop sets both before each save; restore_checkpoint leaves them 0 (a resume reads them
+  // with saved_global_batch before it builds the trainer).
   int64_t batch_world_size = 0;
   int64_t update_batches = 0;
 };

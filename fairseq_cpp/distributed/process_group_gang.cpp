@@ -1,6 +1,7 @@
 #include "fairseq_cpp/distributed/process_group_gang.h"
 
 #include <ATen/ATen.h>
+#include <c10/core/impl/VirtualGuardImpl.h>
 #include <torch/csrc/distributed/c10d/PrefixStore.hpp>
 #include <torch/csrc/distributed/c10d/ProcessGroupGloo.hpp>
 #include <torch/csrc/distributed/c10d/TCPStore.hpp>
@@ -294,6 +295,10 @@ std::shared_ptr<Gang> make_process_group_gang(const ProcessGroupOptions& options
                      options.device.str());
   ProcessGroupOptions resolved = options;
   resolved.backend = backend;
+  // "cuda" is the current CUDA device; tensors made there say cuda:N, and each collective checks
+  // its tensor's device against the gang's exactly.
+  if (resolved.device.is_cuda() && !resolved.device.has_index())
+    resolved.device = c10::Device(c10::kCUDA, c10::impl::VirtualGuardImpl(c10::kCUDA).getDevice().index());
   if (resolved.socket.empty())
     resolved.socket = choose_socket_interface(options.master_addr, "", gloo_socket_ifname_env());
   // NCCL's own sockets (its bootstrap, and its transport between hosts without InfiniBand) on the

@@ -22,11 +22,17 @@ struct Checker {
   void expect(bool ok, const std::string& what) {
     if (!ok) failures.push_back(fmt::format("rank {}: {}", rank, what));
   }
+  // `got` (on any device) against `want` (on the CPU), compared on the CPU.
   void expect_tensor(const at::Tensor& got, const at::Tensor& want, const std::string& what) {
+    at::Tensor host = got.to(at::kCPU, at::kDouble);
     bool ok = got.sizes() == want.sizes() && got.scalar_type() == want.scalar_type() &&
-              at::allclose(got.to(at::kDouble), want.to(at::kDouble));
-    expect(ok, fmt::format("{}: got {} want {}", what, got.to(at::kDouble).reshape({-1}).toString(),
+              at::allclose(host, want.to(at::kDouble));
+    expect(ok, fmt::format("{}: got {} want {}", what, host.reshape({-1}).toString(),
                            want.to(at::kDouble).reshape({-1}).toString()));
+  }
+  // A collective's result stays on the gang's device.
+  void expect_on(const at::Tensor& t, const c10::Device& device, const std::string& what) {
+    expect(t.device() == device, fmt::format("{}: on {}, not on the gang's {}", what, t.device().str(), device.str()));
   }
 };
 
@@ -78,11 +84,13 @@ std::vector<std::string> run_collective_suite(Gang& gang, bool simulated) {
     rows.push_back(10.0f * (simulated ? r : i));
   }
   c.expect_tensor(gathered, at::tensor(rows, at::kFloat).reshape({n, 2}), "all_gather");
+  c.expect_on(gathered, gang.device(), "all_gather");
 
   int root = n - 1;
   t = at::tensor({100.0 * r + 7}, opts.dtype(at::kDouble));
   gang.broadcast(t, root);
   c.expect_tensor(t, at::tensor({100.0 * (simulated ? r : root) + 7}, at::kDouble), "broadcast");
+  c.expect_on(t, gang.device(), "broadcast");
 
   gang.barrier();
 
@@ -134,6 +142,7 @@ std::vector<std::string> run_collective_suite(Gang& gang, bool simulated) {
       {"ntokens", static_cast<int64_t>(r)},
       {"matrix", at::tensor({static_cast<float>(r), 1.0f, 2.0f, 3.0f}).reshape({2, 2})},
       {"count", at::tensor({static_cast<int64_t>(r) * 2})},
+      {"on_device", at::tensor({f(r), -f(r)}, opts.dtype(at::kFloat))},  // the gang's device: its own buffer
   };
   auto sums = distributed::all_reduce_dict(gang, values);
   c.expect(std::get<double>(sums.at("loss")) == sum, "all_reduce_dict double");
@@ -144,6 +153,9 @@ std::vector<std::string> run_collective_suite(Gang& gang, bool simulated) {
   c.expect(m.device().is_cpu(), "all_reduce_dict keeps the host tensor on the host");
   c.expect_tensor(std::get<at::Tensor>(sums.at("count")), at::tensor({static_cast<int64_t>(2 * rank_sum)}),
                   "all_reduce_dict tensor (int64)");
+  const at::Tensor& d = std::get<at::Tensor>(sums.at("on_device"));
+  c.expect_tensor(d, at::tensor({sum, -sum}, at::kFloat), "all_reduce_dict tensor on the gang's device");
+  c.expect_on(d, gang.device(), "all_reduce_dict tensor on the gang's device");
   return c.failures;
 }
 

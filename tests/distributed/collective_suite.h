@@ -1,7 +1,8 @@
 #pragma once
 // Every collective of the Gang and distributed_utils, checked against closed forms. Rank r
 // contributes f(r) = r + 1; on a FakeGang of simulated size n every rank holds this rank's values
-// (`simulated`), which changes the expected sums. Shared by the FakeGang, thread and process tests.
+// (`simulated`), which changes the expected sums. Tensors live on the gang's device and are compared
+// on the CPU. Shared by the FakeGang, thread and process tests.
 
 #include <string>
 #include <vector>

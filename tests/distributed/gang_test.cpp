@@ -1,4 +1,6 @@
-// The Gang on FakeGang and on real Gloo process groups with ranks as threads in this process.
+// The Gang on FakeGang and on real Gloo process groups with ranks as threads in this process, with
+// tensors on each device of testing::test_devices() (Gloo carries CUDA tensors too); the NCCL gang
+// is tests/gpu's.
 #include <gtest/gtest.h>
 
 #include <ATen/ATen.h>
@@ -11,6 +13,7 @@
 #include "fairseq_cpp/distributed/process_group_gang.h"
 #include "fairseq_cpp/distributed/topology.h"
 #include "tests/distributed/collective_suite.h"
+#include "tests/support/devices.h"
 
 namespace fairseq_cpp::distributed {
 namespace {
@@ -21,24 +24,39 @@ std::string joined(const std::vector<std::string>& lines) {
   return out;
 }
 
-TEST(FakeGang, SizeOnePassesTheSuite) {
-  FakeGang gang;
+// A test that runs on each device (`.../cpu`, `.../cuda`). "cuda" is cuda:0: a gang's tensors must
+// be on its device exactly, and a tensor made on "cuda" reports cuda:0.
+class OnDevice : public ::testing::TestWithParam<std::string> {
+ protected:
+  c10::Device device() const {
+    c10::Device d(GetParam());
+    return d.is_cuda() && !d.has_index() ? c10::Device(c10::kCUDA, 0) : d;
+  }
+};
+
+class FakeGangOnDevice : public OnDevice {};
+
+TEST_P(FakeGangOnDevice, SizeOnePassesTheSuite) {
+  FakeGang gang(1, 0, device());
   EXPECT_EQ(joined(testing::run_collective_suite(gang, true)), "");
 }
 
-TEST(FakeGang, SimulatedSizePassesTheSuiteOnEveryRank) {
+TEST_P(FakeGangOnDevice, SimulatedSizePassesTheSuiteOnEveryRank) {
   for (int rank = 0; rank < 3; ++rank) {
-    FakeGang gang(3, rank);
+    FakeGang gang(3, rank, device());
     EXPECT_EQ(joined(testing::run_collective_suite(gang, true)), "") << "rank " << rank;
   }
 }
 
-TEST(FakeGang, SumMultipliesBySize) {
-  FakeGang gang(4);
-  at::Tensor t = at::full({2}, 1.5);
+TEST_P(FakeGangOnDevice, SumMultipliesBySize) {
+  FakeGang gang(4, 0, device());
+  at::Tensor t = at::full({2}, 1.5, at::TensorOptions().device(device()));
   all_sum(gang, t);
-  EXPECT_TRUE(at::equal(t, at::full({2}, 6.0)));
+  EXPECT_EQ(t.device(), device());
+  EXPECT_TRUE(at::equal(t.to(at::kCPU), at::full({2}, 6.0)));
 }
+
+INSTANTIATE_TEST_SUITE_P(Devices, FakeGangOnDevice, ::testing::ValuesIn(testing::test_devices()), testing::device_name);
 
 TEST(FakeGang, BadArguments) {
   EXPECT_THROW(FakeGang(2, 2), UserError);
@@ -50,20 +68,28 @@ TEST(FakeGang, BadArguments) {
   EXPECT_THROW(gang.broadcast(t, 5), UserError);
 }
 
-// Runs the suite with `n` ranks as threads over one TCPStore; returns every failure.
-std::string run_threads(int n) {
+// Options of rank `r` of `n` Gloo ranks on `device` (Gloo carries CUDA tensors: `backend: gloo`).
+ProcessGroupOptions gloo_options(int port, int r, int n, double timeout, c10::Device device) {
+  ProcessGroupOptions o;
+  o.master_port = port;
+  o.rank = r;
+  o.world_size = n;
+  o.timeout_seconds = timeout;
+  o.device = device;
+  o.backend = "gloo";
+  return o;
+}
+
+// Runs the suite with `n` ranks as threads over one TCPStore, tensors on `device`; returns every failure.
+std::string run_threads(int n, c10::Device device) {
   int port = pick_free_port();
   std::vector<std::string> failures(n);
   std::vector<std::thread> threads;
   for (int r = 0; r < n; ++r) {
     threads.emplace_back([&, r] {
       try {
-        ProcessGroupOptions o;
-        o.master_port = port;
-        o.rank = r;
-        o.world_size = n;
-        o.timeout_seconds = 60;
-        auto gang = make_process_group_gang(o);
+        auto gang = make_process_group_gang(gloo_options(port, r, n, 60, device));
+        EXPECT_EQ(gang->device(), device);
         EXPECT_EQ(gang->rank(), r);
         EXPECT_EQ(gang->size(), n);
         failures[r] = joined(testing::run_collective_suite(*gang, false));
@@ -78,23 +104,20 @@ std::string run_threads(int n) {
   return all;
 }
 
-TEST(ProcessGroupGang, TwoRanksPassTheSuite) { EXPECT_EQ(run_threads(2), ""); }
-TEST(ProcessGroupGang, FourRanksPassTheSuite) { EXPECT_EQ(run_threads(4), ""); }
+class GlooGang : public OnDevice {};
+
+TEST_P(GlooGang, TwoRanksPassTheSuite) { EXPECT_EQ(run_threads(2, device()), ""); }
+TEST_P(GlooGang, FourRanksPassTheSuite) { EXPECT_EQ(run_threads(4, device()), ""); }
 
 // A collective that a rank never joins names what it was for and where training stood, from the
 // scopes it was started in (innermost first), within the gang's timeout.
-TEST(ProcessGroupGang, ATimedOutCollectiveNamesItsScopes) {
+TEST_P(GlooGang, ATimedOutCollectiveNamesItsScopes) {
   const int port = distributed::pick_free_port();
   std::string error;
   std::vector<std::thread> threads;
   for (int r = 0; r < 2; ++r) {
     threads.emplace_back([&, r] {
-      distributed::ProcessGroupOptions o;
-      o.master_port = port;
-      o.rank = r;
-      o.world_size = 2;
-      o.timeout_seconds = 2;
-      auto gang = distributed::make_process_group_gang(o);
+      auto gang = distributed::make_process_group_gang(gloo_options(port, r, 2, 2, device()));
       if (r == 1) {
         std::this_thread::sleep_for(std::chrono::seconds(4));  // never votes
         return;
@@ -120,6 +143,38 @@ TEST(ProcessGroupGang, ATimedOutCollectiveNamesItsScopes) {
       << error;
   EXPECT_EQ(distributed::CollectiveScope::describe(), "");
 }
+
+INSTANTIATE_TEST_SUITE_P(Devices, GlooGang, ::testing::ValuesIn(testing::test_devices()), testing::device_name);
+
+class DistributedInitOnDevice : public OnDevice {};
+
+// A torchrun topology on the device joins a process group (on CUDA through Gloo: NCCL refuses two
+// ranks on one device).
+TEST_P(DistributedInitOnDevice, JoinsAProcessGroupForAMultiProcessTopology) {
+  int port = pick_free_port();
+  std::vector<int> sums(2);
+  std::vector<std::thread> threads;
+  for (int r = 0; r < 2; ++r) {
+    threads.emplace_back([&, r] {
+      Topology t;
+      t.mode = LaunchMode::torchrun;
+      t.rank = r;
+      t.world_size = 2;
+      t.master_port = port;
+      t.device = device().str();
+      auto gang = distributed_init(t, 30, device().is_cuda() ? "gloo" : "");
+      EXPECT_EQ(gang->device(), device());
+      at::Tensor x = at::full({1}, r + 1.0, at::TensorOptions().device(device()));
+      all_reduce(*gang, x);
+      sums[r] = static_cast<int>(x.item<double>());
+    });
+  }
+  for (auto& th : threads) th.join();
+  EXPECT_EQ(sums, (std::vector<int>{3, 3}));
+}
+
+INSTANTIATE_TEST_SUITE_P(Devices, DistributedInitOnDevice, ::testing::ValuesIn(testing::test_devices()),
+                         testing::device_name);
 
 TEST(ProcessGroupGang, BadOptionsAreUserErrors) {
   ProcessGroupOptions o;
@@ -148,27 +203,6 @@ TEST(DistributedInit, SingleProcessGetsAFakeGangOfOne) {
   EXPECT_TRUE(is_master(*gang));
   t.spawn = 2;
   EXPECT_THROW(distributed_init(t, 10), OperationalError);
-}
-
-TEST(DistributedInit, JoinsAProcessGroupForAMultiProcessTopology) {
-  int port = pick_free_port();
-  std::vector<int> sums(2);
-  std::vector<std::thread> threads;
-  for (int r = 0; r < 2; ++r) {
-    threads.emplace_back([&, r] {
-      Topology t;
-      t.mode = LaunchMode::torchrun;
-      t.rank = r;
-      t.world_size = 2;
-      t.master_port = port;
-      auto gang = distributed_init(t, 30);
-      at::Tensor x = at::full({1}, r + 1.0);
-      all_reduce(*gang, x);
-      sums[r] = static_cast<int>(x.item<double>());
-    });
-  }
-  for (auto& th : threads) th.join();
-  EXPECT_EQ(sums, (std::vector<int>{3, 3}));
 }
 
 }  // namespace

@@ -1,59 +1,130 @@
-// bf16 autocast scopes (what runs in bfloat16 inside, and that the state is restored after), and
-// fp16's dynamic loss scaler against fairseq's rules.
+// Autocast scopes on each device (what runs in bfloat16 or float16 inside, and that the state is
+// restored after), and fp16's dynamic loss scaler against fairseq's rules (scalars: no device).
 #include "fairseq_cpp/optim/mixed_precision.h"
 
 #include "fairseq_cpp/core/errors.h"
+#include "fairseq_cpp/core/torch_compat.h"
 #include "fairseq_cpp/optim/loss_scaler.h"
 
+#include <ATen/autocast_mode.h>
 #include <gtest/gtest.h>
 #include <torch/torch.h>
+
+#include "tests/support/devices.h"
 
 namespace fairseq_cpp::optim {
 namespace {
 
-TEST(AutocastScope, LinearsRunInBf16InsideAndFloat32Outside) {
+// Each test on each device (`.../cpu`, `.../cuda`), with inputs drawn on the CPU and moved.
+// AutocastScope promises bf16 autocast on both, and fp16 autocast on CUDA only (on the CPU, where
+// LibTorch 1.13 has no float16 autocast, a kFloat16 scope leaves float32 arithmetic alone).
+class Autocast : public ::testing::TestWithParam<std::string> {
+ protected:
+  // "cuda" is cuda:0, the device a tensor made on "cuda" reports.
+  torch::Device device() const {
+    torch::Device d(GetParam());
+    return d.is_cuda() && !d.has_index() ? torch::Device(torch::kCUDA, 0) : d;
+  }
+  at::Tensor randn(at::IntArrayRef sizes) const { return torch::randn(sizes).to(device()); }
+};
+
+// Autocast's switch for the device kind under test (LibTorch 1.13 has one per kind; 2.4+ takes it).
+bool autocast_on(c10::DeviceType type) {
+#if FSQ_TORCH_AT_LEAST(2, 4)
+  return at::autocast::is_autocast_enabled(type);
+#else
+  return type == c10::DeviceType::CUDA ? at::autocast::is_enabled() : at::autocast::is_cpu_enabled();
+#endif
+}
+
+TEST_P(Autocast, LinearsRunInBf16InsideAndFloat32Outside) {
   torch::manual_seed(1);
-  at::Tensor x = torch::randn({4, 8}), w = torch::randn({16, 8}), b = torch::randn({16});
+  at::Tensor x = randn({4, 8}), w = randn({16, 8}), b = randn({16});
   at::Tensor reference = torch::nn::functional::linear(x, w, b);
   EXPECT_EQ(reference.scalar_type(), at::kFloat);
   // The product of the inputs rounded to bf16 (8 bits of mantissa), accumulated in float32.
-  at::Tensor expected = torch::nn::functional::linear(x.to(at::kBFloat16).to(at::kFloat),
-                                                      w.to(at::kBFloat16).to(at::kFloat),
-                                                      b.to(at::kBFloat16).to(at::kFloat));
+  at::Tensor expected =
+      torch::nn::functional::linear(x.to(at::kBFloat16).to(at::kFloat), w.to(at::kBFloat16).to(at::kFloat),
+                                    b.to(at::kBFloat16).to(at::kFloat))
+          .to(at::kCPU);
   {
-    AutocastScope autocast(Precision::kBFloat16, c10::DeviceType::CPU);
+    AutocastScope autocast(Precision::kBFloat16, device().type());
+    EXPECT_TRUE(autocast_on(device().type()));
     at::Tensor y = torch::nn::functional::linear(x, w, b);
     EXPECT_EQ(y.scalar_type(), at::kBFloat16);
-    EXPECT_TRUE(torch::allclose(y.to(at::kFloat), expected, 1e-2, 1e-2));
-    EXPECT_FALSE(torch::equal(y.to(at::kFloat), reference));
+    EXPECT_EQ(y.device(), device());
+    EXPECT_TRUE(torch::allclose(y.to(at::kCPU, at::kFloat), expected, 1e-2, 1e-2));
+    EXPECT_FALSE(torch::equal(y.to(at::kCPU, at::kFloat), reference.to(at::kCPU)));
     // Layer norm stays float32 on float32 input.
     EXPECT_EQ(torch::layer_norm(x, {8}).scalar_type(), at::kFloat);
     {
-      AutocastScope fp32(Precision::kFloat32, c10::DeviceType::CPU);  // a float32 scope changes nothing
+      AutocastScope fp32(Precision::kFloat32, device().type());  // a float32 scope changes nothing
       EXPECT_EQ(torch::nn::functional::linear(x, w, b).scalar_type(), at::kBFloat16);
     }
     EXPECT_EQ(torch::nn::functional::linear(x, w, b).scalar_type(), at::kBFloat16);
   }
-  EXPECT_TRUE(torch::equal(torch::nn::functional::linear(x, w, b), reference));
+  EXPECT_FALSE(autocast_on(device().type()));
+  // The same kernel on the same inputs as the reference: equal on every device.
+  EXPECT_TRUE(torch::equal(torch::nn::functional::linear(x, w, b).to(at::kCPU), reference.to(at::kCPU)));
   EXPECT_EQ(precision_name(Precision::kBFloat16), "bf16");
   EXPECT_EQ(precision_name(Precision::kFloat32), "fp32");
 }
 
-TEST(AutocastScope, GradientsOfFloat32WeightsStayFloat32) {
+// common.fp16's scope: float16 autocast on CUDA; on the CPU nothing at all (the trainer's fp16 is
+// then float32 arithmetic with a loss scale).
+TEST_P(Autocast, Fp16RunsLinearsInFloat16OnCudaAndChangesNothingOnTheCpu) {
+  torch::manual_seed(3);
+  at::Tensor x = randn({4, 8}), w = randn({16, 8}), b = randn({16});
+  at::Tensor reference = torch::nn::functional::linear(x, w, b);
+  const bool cuda = device().is_cuda();
+  {
+    AutocastScope autocast(Precision::kFloat16, device().type());
+    EXPECT_EQ(autocast_on(device().type()), cuda);
+    at::Tensor y = torch::nn::functional::linear(x, w, b);
+    if (cuda) {
+      EXPECT_EQ(y.scalar_type(), at::kHalf);
+      // The inputs rounded to float16 (11 bits of mantissa), the product accumulated in float32.
+      at::Tensor expected = torch::nn::functional::linear(
+          x.to(at::kHalf).to(at::kFloat), w.to(at::kHalf).to(at::kFloat), b.to(at::kHalf).to(at::kFloat));
+      EXPECT_TRUE(torch::allclose(y.to(at::kCPU, at::kFloat), expected.to(at::kCPU), 2e-3, 2e-3))
+          << (y.to(at::kFloat) - expected).abs().max();
+      EXPECT_FALSE(torch::equal(y.to(at::kCPU, at::kFloat), reference.to(at::kCPU)));
+      EXPECT_EQ(torch::layer_norm(x, {8}).scalar_type(), at::kFloat);
+    } else {
+      EXPECT_EQ(y.scalar_type(), at::kFloat);
+      EXPECT_TRUE(torch::equal(y, reference));
+    }
+    {
+      // bf16 inside fp16 takes over for its scope (on the CPU too, where bf16 autocast exists).
+      AutocastScope bf16(Precision::kBFloat16, device().type());
+      EXPECT_EQ(torch::nn::functional::linear(x, w, b).scalar_type(), at::kBFloat16);
+    }
+    EXPECT_EQ(torch::nn::functional::linear(x, w, b).scalar_type(), cuda ? at::kHalf : at::kFloat);
+  }
+  EXPECT_FALSE(autocast_on(device().type()));
+  EXPECT_TRUE(torch::equal(torch::nn::functional::linear(x, w, b).to(at::kCPU), reference.to(at::kCPU)));
+  EXPECT_EQ(precision_name(Precision::kFloat16), "fp16");
+}
+
+TEST_P(Autocast, GradientsOfFloat32WeightsStayFloat32) {
   torch::manual_seed(2);
-  at::Tensor w = torch::randn({3, 5}).requires_grad_(true);
-  at::Tensor x = torch::randn({2, 5});
+  at::Tensor w = randn({3, 5}).requires_grad_(true);
+  at::Tensor x = randn({2, 5});
   at::Tensor loss;
   {
-    AutocastScope autocast(Precision::kBFloat16, c10::DeviceType::CPU);
+    AutocastScope autocast(Precision::kBFloat16, device().type());
     loss = torch::nn::functional::linear(x, w).to(at::kFloat).pow(2).sum();
   }
   loss.backward();
   EXPECT_EQ(w.grad().scalar_type(), at::kFloat);
+  EXPECT_EQ(w.grad().device(), device());
   // d/dw sum((x w^T)^2) = 2 (x w^T)^T x, here with x w^T in bf16: within bf16's precision.
-  at::Tensor exact = 2 * torch::matmul(torch::matmul(x, w.detach().t()).t(), x);
-  EXPECT_TRUE(torch::allclose(w.grad(), exact, 3e-2, 3e-2)) << (w.grad() - exact).abs().max();
+  at::Tensor exact = (2 * torch::matmul(torch::matmul(x, w.detach().t()).t(), x)).to(at::kCPU);
+  at::Tensor grad = w.grad().to(at::kCPU);
+  EXPECT_TRUE(torch::allclose(grad, exact, 3e-2, 3e-2)) << (grad - exact).abs().max();
 }
+
+INSTANTIATE_TEST_SUITE_P(Devices, Autocast, ::testing::ValuesIn(testing::test_devices()), testing::device_name);
 
 }  // namespace
 }  // namespace fairseq_cpp::optim

@@ -1,4 +1,5 @@
-// Optimizers, gradient clipping and LR schedules against closed forms and hand computations.
+// Optimizers, gradient clipping and LR schedules against closed forms and hand computations. What
+// computes with tensors runs on every device of testing::test_devices(); the schedules are scalars.
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -8,13 +9,27 @@
 #include "fairseq_cpp/core/errors.h"
 #include "fairseq_cpp/optim/lr_scheduler.h"
 #include "fairseq_cpp/optim/optimizer.h"
+#include "tests/support/devices.h"
 
 namespace fairseq_cpp::optim {
 namespace {
 
-at::Tensor scalar_param(double value) { return torch::tensor({static_cast<float>(value)}).requires_grad_(true); }
-
-void set_grad(at::Tensor& p, double g) { p.mutable_grad() = torch::tensor({static_cast<float>(g)}); }
+// A test that runs on each device (`.../cpu`, `.../cuda`); inputs are made on the CPU and moved.
+class OnDevice : public ::testing::TestWithParam<std::string> {
+ protected:
+  // "cuda" is cuda:0, the device a tensor made on "cuda" reports.
+  torch::Device device() const {
+    torch::Device d(GetParam());
+    return d.is_cuda() && !d.has_index() ? torch::Device(torch::kCUDA, 0) : d;
+  }
+  // A one-element float32 leaf on the device.
+  at::Tensor scalar_param(double value) const {
+    return torch::tensor({static_cast<float>(value)}).to(device()).requires_grad_(true);
+  }
+  void set_grad(at::Tensor& p, double g) const {
+    p.mutable_grad() = torch::tensor({static_cast<float>(g)}).to(device());
+  }
+};
 
 OptimizerOptions adam_options(double lr, double wd) {
   OptimizerOptions o;
@@ -26,7 +41,11 @@ OptimizerOptions adam_options(double lr, double wd) {
   return o;
 }
 
-TEST(Adam, ConstantGradientFollowsTheClosedForm) {
+// The closed forms below hold to float32's precision on every device: each update is a few
+// elementwise float32 ops on one element (no reduction whose order could differ).
+class Adam : public OnDevice {};
+
+TEST_P(Adam, ConstantGradientFollowsTheClosedForm) {
   // With a constant gradient g: m_t = g (1 - b1^t), v_t = g^2 (1 - b2^t), so each update is
   // p <- p (1 - lr wd) - lr g sqrt(1 - b2^t) / (|g| sqrt(1 - b2^t) + eps).
   at::Tensor p = scalar_param(1.0);
@@ -36,13 +55,14 @@ TEST(Adam, ConstantGradientFollowsTheClosedForm) {
   for (int t = 1; t <= 5; ++t) {
     set_grad(p, g);
     adam->step();
+    EXPECT_EQ(p.device(), device());
     const double bc2 = std::sqrt(1 - std::pow(0.98, t));
     expected = expected * (1 - 0.1 * 0.01) - 0.1 * g * bc2 / (g * bc2 + 1e-8);
     EXPECT_NEAR(p.item<double>(), expected, 1e-6) << "step " << t;
   }
 }
 
-TEST(Adam, TwoStepsWithChangingGradientsMatchAHandComputation) {
+TEST_P(Adam, TwoStepsWithChangingGradientsMatchAHandComputation) {
   at::Tensor p = scalar_param(1.0);
   auto adam = build_optimizer(adam_options(0.01, 0.0), {p});
   set_grad(p, 1.0);
@@ -57,7 +77,11 @@ TEST(Adam, TwoStepsWithChangingGradientsMatchAHandComputation) {
   EXPECT_NEAR(p.item<double>(), p1 - step * m2 / (std::sqrt(v2) + 1e-8), 1e-7);
 }
 
-TEST(Sgd, MomentumAndL2DecayAsTorchOptimSgd) {
+INSTANTIATE_TEST_SUITE_P(Devices, Adam, ::testing::ValuesIn(testing::test_devices()), testing::device_name);
+
+class Sgd : public OnDevice {};
+
+TEST_P(Sgd, MomentumAndL2DecayAsTorchOptimSgd) {
   at::Tensor p = scalar_param(1.0);
   OptimizerOptions o;
   o.name = "sgd";
@@ -73,7 +97,11 @@ TEST(Sgd, MomentumAndL2DecayAsTorchOptimSgd) {
   EXPECT_NEAR(p.item<double>(), 0.607201, 1e-6);
 }
 
-TEST(Nag, FairseqsNesterovUpdateWithLrCorrection) {
+INSTANTIATE_TEST_SUITE_P(Devices, Sgd, ::testing::ValuesIn(testing::test_devices()), testing::device_name);
+
+class Nag : public OnDevice {};
+
+TEST_P(Nag, FairseqsNesterovUpdateWithLrCorrection) {
   at::Tensor p = scalar_param(1.0);
   OptimizerOptions o;
   o.name = "nag";
@@ -89,31 +117,40 @@ TEST(Nag, FairseqsNesterovUpdateWithLrCorrection) {
   EXPECT_NEAR(p.item<double>(), 0.6745, 1e-6);
 }
 
-TEST(ClipGradNorm, ScalesByTheGlobalNormAndReturnsIt) {
-  at::Tensor a = torch::zeros({2}).requires_grad_(true);
-  at::Tensor b = torch::zeros({1}).requires_grad_(true);
-  a.mutable_grad() = torch::tensor({3.f, 4.f});
-  b.mutable_grad() = torch::tensor({12.f});
+INSTANTIATE_TEST_SUITE_P(Devices, Nag, ::testing::ValuesIn(testing::test_devices()), testing::device_name);
+
+class ClipGradNorm : public OnDevice {};
+
+TEST_P(ClipGradNorm, ScalesByTheGlobalNormAndReturnsIt) {
+  at::Tensor a = torch::zeros({2}, device()).requires_grad_(true);
+  at::Tensor b = torch::zeros({1}, device()).requires_grad_(true);
+  a.mutable_grad() = torch::tensor({3.f, 4.f}).to(device());
+  b.mutable_grad() = torch::tensor({12.f}).to(device());
   EXPECT_NEAR(clip_grad_norm({a, b}, 0.0), 13.0, 1e-5);  // 0 = off, still measured
   EXPECT_NEAR(clip_grad_norm({a, b}, 20.0), 13.0, 1e-5);
   EXPECT_FLOAT_EQ(b.grad().item<float>(), 12.f);
   EXPECT_NEAR(clip_grad_norm({a, b}, 6.5), 13.0, 1e-5);
   const double coef = 6.5 / (13.0 + 1e-6);
+  EXPECT_EQ(a.grad().device(), device());
   EXPECT_NEAR(a.grad()[0].item<double>(), 3 * coef, 1e-6);
   EXPECT_NEAR(b.grad().item<double>(), 12 * coef, 1e-6);
 }
 
-TEST(Optimizer, StateRoundTripsThroughPickleIncludingTheLearningRate) {
+INSTANTIATE_TEST_SUITE_P(Devices, ClipGradNorm, ::testing::ValuesIn(testing::test_devices()), testing::device_name);
+
+class OptimizerState : public OnDevice {};
+
+TEST_P(OptimizerState, RoundTripsThroughPickleIncludingTheLearningRate) {
   torch::manual_seed(0);
-  at::Tensor w1 = torch::randn({3, 2}).requires_grad_(true);
-  at::Tensor w2 = torch::randn({3, 2}).requires_grad_(true);
+  at::Tensor w1 = torch::randn({3, 2}).to(device()).requires_grad_(true);
+  at::Tensor w2 = torch::randn({3, 2}).to(device()).requires_grad_(true);
   {
     torch::NoGradGuard no_grad;
     w2.copy_(w1);
   }
   auto first = build_optimizer(adam_options(0.1, 0.01), {w1});
   for (int i = 0; i < 2; ++i) {
-    w1.mutable_grad() = torch::full({3, 2}, 0.3f * (i + 1));
+    w1.mutable_grad() = torch::full({3, 2}, 0.3f * (i + 1), device());
     first->step();
   }
   first->set_lr(0.0123);
@@ -127,16 +164,20 @@ TEST(Optimizer, StateRoundTripsThroughPickleIncludingTheLearningRate) {
   }
   second->load_state_dict(restored);
   EXPECT_DOUBLE_EQ(second->lr(), 0.0123);
-  w1.mutable_grad() = torch::full({3, 2}, -0.7f);
-  w2.mutable_grad() = torch::full({3, 2}, -0.7f);
+  w1.mutable_grad() = torch::full({3, 2}, -0.7f, device());
+  w2.mutable_grad() = torch::full({3, 2}, -0.7f, device());
   first->step();
   second->step();
-  EXPECT_TRUE(torch::equal(w1, w2));
+  EXPECT_EQ(w2.device(), device());
+  // The same elementwise kernels on the same values: equal on every device.
+  EXPECT_TRUE(torch::equal(w1.to(torch::kCPU), w2.to(torch::kCPU)));
   // Another optimizer's state is refused.
   OptimizerOptions sgd;
   sgd.name = "sgd";
   EXPECT_THROW(build_optimizer(sgd, {w2})->load_state_dict(restored), DataError);
 }
+
+INSTANTIATE_TEST_SUITE_P(Devices, OptimizerState, ::testing::ValuesIn(testing::test_devices()), testing::device_name);
 
 LrSchedulerOptions schedule(const std::string& name, std::vector<double> lr) {
   LrSchedulerOptions o;
@@ -260,10 +301,11 @@ namespace fairseq_cpp::optim {
 namespace {
 
 // Parameters of a few shapes, with gradients, the same for every call.
-std::vector<at::Tensor> some_parameters() {
+// Drawn on the CPU, then moved to `device`: the same values on every device.
+std::vector<at::Tensor> some_parameters(torch::Device device) {
   torch::manual_seed(11);
   std::vector<at::Tensor> out{torch::randn({7, 5}), torch::randn({5}), torch::randn({3, 2, 4}), torch::randn({1})};
-  for (auto& p : out) p.requires_grad_(true);
+  for (auto& p : out) p = p.to(device).requires_grad_(true);
   return out;
 }
 
@@ -271,7 +313,7 @@ void set_gradients(std::vector<at::Tensor>& params, int step) {
   torch::NoGradGuard no_grad;
   for (size_t i = 0; i < params.size(); ++i) {
     torch::manual_seed(static_cast<uint64_t>(100 * step + static_cast<int>(i)));
-    at::Tensor g = torch::randn(params[i].sizes());
+    at::Tensor g = torch::randn(params[i].sizes()).to(params[i].device());
     if (params[i].grad().defined())
       params[i].mutable_grad().copy_(g);  // in place: the flat views stay
     else
@@ -282,15 +324,24 @@ void set_gradients(std::vector<at::Tensor>& params, int step) {
 // The flat buffers change how many ops an update takes, not its result: Adam (with weight decay)
 // over flat buffers gives the per-parameter updates, its state saves one storage per tensor and
 // loads back into the views, and a gradient replaced by another tensor falls back to the loop.
-TEST(FlatOptimizer, AdamOverFlatBuffersEqualsOneParameterAtATime) {
+// Bit for bit on every device: both paths run the same elementwise kernels in the same order, and
+// an elementwise kernel computes each element alone (no reduction, no atomics).
+class FlatOptimizer : public OnDevice {};
+
+bool equal_on_cpu(const at::Tensor& a, const at::Tensor& b) {
+  return torch::equal(a.to(torch::kCPU), b.to(torch::kCPU));
+}
+
+TEST_P(FlatOptimizer, AdamOverFlatBuffersEqualsOneParameterAtATime) {
   OptimizerOptions o = adam_options(1e-2, 0.01);
-  auto loose = some_parameters(), flat = some_parameters();
+  auto loose = some_parameters(device()), flat = some_parameters(device());
   auto a = build_optimizer(o, loose), b = build_optimizer(o, flat);
   ASSERT_TRUE(b->flatten());
   ASSERT_TRUE(b->flat());
   EXPECT_FALSE(a->flat());
   EXPECT_EQ(b->flat_grads().numel(), 35 + 5 + 24 + 1);
-  for (size_t i = 0; i < flat.size(); ++i) EXPECT_TRUE(torch::equal(flat[i], loose[i]));  // values kept
+  EXPECT_EQ(b->flat_grads().device(), device());
+  for (size_t i = 0; i < flat.size(); ++i) EXPECT_TRUE(equal_on_cpu(flat[i], loose[i]));  // values kept
   for (int step = 1; step <= 4; ++step) {
     set_gradients(loose, step);
     set_gradients(flat, step);
@@ -301,14 +352,16 @@ TEST(FlatOptimizer, AdamOverFlatBuffersEqualsOneParameterAtATime) {
     // A write through the flat buffer moves each parameter's version, as a write through it would
     // (caches of weights, such as the packed weights of generation, depend on it).
     EXPECT_GT(flat[2]._version(), version) << "step " << step;
-    for (size_t i = 0; i < flat.size(); ++i) EXPECT_TRUE(torch::equal(flat[i], loose[i])) << "step " << step << ", " << i;
+    for (size_t i = 0; i < flat.size(); ++i)
+      EXPECT_TRUE(equal_on_cpu(flat[i], loose[i])) << "step " << step << ", " << i;
   }
   StateDict saved = b->state_dict();
   for (const auto& v : saved.at("exp_avg").toListRef()) {
     const at::Tensor t = v.toTensor();
     EXPECT_EQ(t.storage().nbytes(), static_cast<size_t>(t.numel()) * sizeof(float));
+    EXPECT_EQ(t.device(), device());
   }
-  auto again = some_parameters();
+  auto again = some_parameters(device());
   auto c = build_optimizer(o, again);
   ASSERT_TRUE(c->flatten());
   c->load_state_dict(saved);
@@ -321,35 +374,41 @@ TEST(FlatOptimizer, AdamOverFlatBuffersEqualsOneParameterAtATime) {
   b->step();
   c->step();
   EXPECT_TRUE(c->flat());
-  for (size_t i = 0; i < flat.size(); ++i) EXPECT_TRUE(torch::equal(flat[i], again[i])) << i;
+  for (size_t i = 0; i < flat.size(); ++i) EXPECT_TRUE(equal_on_cpu(flat[i], again[i])) << i;
 
   // zero_grad clears the flat buffer; a gradient that is no longer a view ends the flat path.
   b->zero_grad();
   EXPECT_EQ(b->flat_grads().abs().sum().item<float>(), 0.0f);
-  flat[1].mutable_grad() = torch::ones({5});
+  flat[1].mutable_grad() = torch::ones({5}, device());
   EXPECT_FALSE(b->flat());
   b->step();  // one parameter at a time, with the new gradient
-  EXPECT_TRUE(torch::equal(flat[0].grad(), torch::zeros({7, 5})));
+  EXPECT_TRUE(equal_on_cpu(flat[0].grad(), torch::zeros({7, 5})));
   // Other dtypes are left alone.
-  std::vector<at::Tensor> doubles{torch::zeros({2}, torch::kFloat64).requires_grad_(true)};
+  std::vector<at::Tensor> doubles{
+      torch::zeros({2}, torch::dtype(torch::kFloat64).device(device())).requires_grad_(true)};
   EXPECT_FALSE(build_optimizer(o, doubles)->flatten());
 }
 
-TEST(FlatOptimizer, ClipGradNormOverTheFlatBufferEqualsThePerParameterNorm) {
-  auto params = some_parameters();
+// The norm is a reduction, whose order differs between the CPU and CUDA (and between one flat
+// buffer and per-parameter norms): tolerances, on every device.
+TEST_P(FlatOptimizer, ClipGradNormOverTheFlatBufferEqualsThePerParameterNorm) {
+  auto params = some_parameters(device());
   set_gradients(params, 1);
   auto opt = build_optimizer(adam_options(1e-2, 0.0), params);
   std::vector<at::Tensor> copies;
   for (const auto& p : params) copies.push_back(p.grad().clone());
   ASSERT_TRUE(opt->flatten());
   double expected = 0;
-  for (const auto& g : copies) expected += g.to(torch::kFloat64).pow(2).sum().item<double>();
+  for (const auto& g : copies) expected += g.to(torch::kCPU, torch::kFloat64).pow(2).sum().item<double>();
   expected = std::sqrt(expected);
   const double norm = clip_grad_norm(opt->flat_grads(), 1.0);
   EXPECT_NEAR(norm, expected, 1e-5 * expected);
   EXPECT_NEAR(opt->flat_grads().norm().item<double>(), 1.0, 1e-5);  // clipped to max_norm
-  EXPECT_TRUE(torch::allclose(params[0].grad(), copies[0] * (1.0 / (norm + 1e-6)), 1e-6, 1e-7));
+  EXPECT_TRUE(
+      torch::allclose(params[0].grad().to(torch::kCPU), copies[0].to(torch::kCPU) * (1.0 / (norm + 1e-6)), 1e-6, 1e-7));
 }
+
+INSTANTIATE_TEST_SUITE_P(Devices, FlatOptimizer, ::testing::ValuesIn(testing::test_devices()), testing::device_name);
 
 }  // namespace
 }  // namespace fairseq_cpp::optim

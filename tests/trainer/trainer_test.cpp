@@ -1,6 +1,8 @@
 // train_step's semantics on a tiny Transformer: the update does not depend on how a batch is
 // split over workers (real Gloo ranks as threads) or micro-batches; dummy batches weigh nothing;
-// diverging workers are caught.
+// diverging workers are caught. Every test runs on each device of testing::test_devices(): the
+// model on it, the batches made on the CPU (seeded) and moved by the trainer, Gloo carrying the
+// device's tensors, and the results compared on the CPU.
 #include "fairseq_cpp/trainer/trainer.h"
 
 #include <gtest/gtest.h>
@@ -17,6 +19,7 @@
 #include "fairseq_cpp/distributed/topology.h"
 #include "fairseq_cpp/models/transformer.h"
 #include "fairseq_cpp/trainer/training_state.h"
+#include "tests/support/devices.h"
 
 namespace fairseq_cpp::trainer {
 namespace {
@@ -43,20 +46,33 @@ data::Batch make_batch(int64_t n, int64_t seed) {
   return b;
 }
 
-std::shared_ptr<models::TransformerModel> make_model() {
+// Initialized on the CPU (seeded), then moved: the same weights on every device.
+std::shared_ptr<models::TransformerModel> make_model(c10::Device device) {
   torch::manual_seed(7);
   config::ModelConfig m;
   m.arch = "transformer_tiny";
   m.dropout = 0.0;
   m.share_all_embeddings = true;
-  return std::make_shared<models::TransformerModel>(models::resolve_transformer_options(m, config::TaskConfig{}),
-                                                    models::Vocabularies{kVocab, kVocab, 1, true});
+  auto model = std::make_shared<models::TransformerModel>(models::resolve_transformer_options(m, config::TaskConfig{}),
+                                                          models::Vocabularies{kVocab, kVocab, 1, true});
+  model->to(device);
+  return model;
 }
+
+// A test that runs on each device (`.../cpu`, `.../cuda`). "cuda" is cuda:0: a gang's tensors must
+// be on its device exactly, and a tensor made on "cuda" reports cuda:0.
+class OnDevice : public ::testing::TestWithParam<std::string> {
+ protected:
+  c10::Device device() const {
+    c10::Device d(GetParam());
+    return d.is_cuda() && !d.has_index() ? c10::Device(c10::kCUDA, 0) : d;
+  }
+  std::shared_ptr<models::TransformerModel> make_model() const { return trainer::make_model(device()); }
+};
 
 std::unique_ptr<Trainer> make_trainer(std::shared_ptr<models::TransformerModel> model, distributed::Gang& gang,
                                       int64_t check_interval = 0, std::optional<EmaOptions> ema = std::nullopt,
-                                      optim::Precision precision = optim::Precision::kFloat32,
-                                      bool overlap = true) {
+                                      optim::Precision precision = optim::Precision::kFloat32, bool overlap = true) {
   criterions::CriterionOptions co;
   co.name = "label_smoothed_cross_entropy";
   co.label_smoothing = 0.1;
@@ -80,33 +96,57 @@ std::unique_ptr<Trainer> make_trainer(std::shared_ptr<models::TransformerModel> 
                                    optim::build_lr_scheduler(so), gang);
 }
 
+// Compared on the CPU (rtol 0: bit for bit).
 void expect_same_parameters(torch::nn::Module& a, torch::nn::Module& b, double rtol) {
   auto pa = a.named_parameters();
   auto pb = b.named_parameters();
   ASSERT_EQ(pa.size(), pb.size());
   for (const auto& item : pa) {
-    const at::Tensor& x = item.value();
-    const at::Tensor& y = pb[item.key()];
+    const at::Tensor x = item.value().detach().to(at::kCPU);
+    const at::Tensor y = pb[item.key()].detach().to(at::kCPU);
     EXPECT_TRUE(torch::allclose(x, y, rtol, 1e-7))
         << item.key() << " differs by " << (x - y).abs().max().item<double>();
   }
 }
 
+// How far b's updates since `initial` are from a's, relative to a's size (0 = the same updates):
+// sqrt(sum |db - da|^2 / sum |da|^2) over all parameters, in float64 on the CPU.
+double relative_update_difference(torch::nn::Module& a, torch::nn::Module& b, const std::vector<at::Tensor>& initial) {
+  double diff = 0, size = 0;
+  auto pa = a.parameters(), pb = b.parameters();
+  for (size_t i = 0; i < pa.size(); ++i) {
+    at::Tensor start = initial[i].to(at::kCPU, at::kDouble);
+    at::Tensor da = pa[i].detach().to(at::kCPU, at::kDouble) - start,
+               db = pb[i].detach().to(at::kCPU, at::kDouble) - start;
+    diff += (da - db).pow(2).sum().item<double>();
+    size += da.pow(2).sum().item<double>();
+  }
+  return std::sqrt(diff / size);
+}
+
+// Options of rank `r` of `n` Gloo ranks (threads of this process) on `device`: Gloo carries CUDA
+// tensors too (`backend: gloo`), where NCCL would refuse two ranks on one device.
+distributed::ProcessGroupOptions gloo_options(int port, int r, int n, double timeout, c10::Device device) {
+  distributed::ProcessGroupOptions o;
+  o.master_port = port;
+  o.rank = r;
+  o.world_size = n;
+  o.timeout_seconds = timeout;
+  o.device = device;
+  o.backend = "gloo";
+  return o;
+}
+
 // Runs `steps` updates on `n` ranks as threads; rank r trains on the batches `per_rank[step][r]`.
 void train_on_threads(int n, const std::vector<std::vector<std::vector<data::Batch>>>& per_rank,
-                      std::vector<std::shared_ptr<models::TransformerModel>>& models, int64_t check_interval = 0,
-                      std::vector<std::string>* errors = nullptr) {
+                      std::vector<std::shared_ptr<models::TransformerModel>>& models, c10::Device device,
+                      int64_t check_interval = 0, std::vector<std::string>* errors = nullptr) {
   int port = distributed::pick_free_port();
   std::vector<std::thread> threads;
   for (int r = 0; r < n; ++r) {
     threads.emplace_back([&, r] {
       try {
-        distributed::ProcessGroupOptions o;
-        o.master_port = port;
-        o.rank = r;
-        o.world_size = n;
-        o.timeout_seconds = 60;
-        auto gang = distributed::make_process_group_gang(o);
+        auto gang = distributed::make_process_group_gang(gloo_options(port, r, n, 60, device));
         auto trainer = make_trainer(models[r], *gang, check_interval);
         for (const auto& step : per_rank) trainer->train_step(step[r]);
       } catch (const std::exception& e) {
@@ -120,20 +160,15 @@ void train_on_threads(int n, const std::vector<std::vector<std::vector<data::Bat
   for (auto& t : threads) t.join();
 }
 
-// Runs `body(rank, gang)` on `n` ranks, threads of one Gloo gang on a fresh port with a collective
-// timeout of `timeout` seconds; an exception on a rank fails the test and names the rank.
-void on_ranks(int n, double timeout, const std::function<void(int, distributed::Gang&)>& body) {
+// Runs `body(rank, gang)` on `n` ranks, threads of one Gloo gang on `device` on a fresh port with a
+// collective timeout of `timeout` seconds; an exception on a rank fails the test and names the rank.
+void on_ranks(int n, double timeout, c10::Device device, const std::function<void(int, distributed::Gang&)>& body) {
   const int port = distributed::pick_free_port();
   std::vector<std::thread> threads;
   for (int r = 0; r < n; ++r) {
     threads.emplace_back([&, r] {
       try {
-        distributed::ProcessGroupOptions o;
-        o.master_port = port;
-        o.rank = r;
-        o.world_size = n;
-        o.timeout_seconds = timeout;
-        auto gang = distributed::make_process_group_gang(o);
+        auto gang = distributed::make_process_group_gang(gloo_options(port, r, n, timeout, device));
         body(r, *gang);
       } catch (const std::exception& e) {
         ADD_FAILURE() << "rank " << r << ": " << e.what();
@@ -143,13 +178,17 @@ void on_ranks(int n, double timeout, const std::function<void(int, distributed::
   for (auto& t : threads) t.join();
 }
 
-TEST(Trainer, TwoWorkersEqualOneWorkerWithUpdateFreqTwo) {
+// Same-device comparisons that are bit for bit on the CPU stay so on CUDA: the same kernels run on
+// the same values in the same order (the workers of one gang apply the same all-reduced gradients).
+class Training : public OnDevice {};
+
+TEST_P(Training, TwoWorkersEqualOneWorkerWithUpdateFreqTwo) {
   const int steps = 4;
   std::vector<std::vector<data::Batch>> batches;  // [step] -> {A, B}
   for (int s = 0; s < steps; ++s) batches.push_back({make_batch(3, 100 + s), make_batch(5, 200 + s)});
 
   auto single = make_model();
-  distributed::FakeGang one;
+  distributed::FakeGang one(1, 0, device());
   auto trainer = make_trainer(single, one);
   for (const auto& group : batches) {
     StepStats stats = trainer->train_step(group);
@@ -161,21 +200,22 @@ TEST(Trainer, TwoWorkersEqualOneWorkerWithUpdateFreqTwo) {
   std::vector<std::shared_ptr<models::TransformerModel>> workers{make_model(), make_model()};
   std::vector<std::vector<std::vector<data::Batch>>> per_rank;
   for (const auto& group : batches) per_rank.push_back({{group[0]}, {group[1]}});
-  train_on_threads(2, per_rank, workers);
+  train_on_threads(2, per_rank, workers, device());
+  for (const auto& p : workers[0]->parameters()) EXPECT_EQ(p.device(), device());
   expect_same_parameters(*single, *workers[0], 1e-5);
   expect_same_parameters(*workers[0], *workers[1], 0.0);
 }
 
-TEST(Trainer, DummyBatchesWeighNothing) {
+TEST_P(Training, DummyBatchesWeighNothing) {
   // Rank 1 has a dummy batch: the update equals one worker training on rank 0's batch alone.
   auto single = make_model();
-  distributed::FakeGang one;
+  distributed::FakeGang one(1, 0, device());
   auto trainer = make_trainer(single, one);
   data::Batch a = make_batch(4, 300);
   trainer->train_step({a});
 
   std::vector<std::shared_ptr<models::TransformerModel>> workers{make_model(), make_model()};
-  train_on_threads(2, {{{a}, {data::Batch{}}}}, workers);
+  train_on_threads(2, {{{a}, {data::Batch{}}}}, workers, device());
   expect_same_parameters(*single, *workers[1], 1e-5);
 
   // Only dummies: no update at all.
@@ -188,12 +228,12 @@ TEST(Trainer, DummyBatchesWeighNothing) {
   expect_same_parameters(*untouched, *reference, 0.0);
 }
 
-TEST(Trainer, SimulatedWorkersHoldingTheSameBatchGiveTheSameUpdate) {
+TEST_P(Training, SimulatedWorkersHoldingTheSameBatchGiveTheSameUpdate) {
   data::Batch a = make_batch(4, 400);
   auto m1 = make_model();
   auto m3 = make_model();
-  distributed::FakeGang one;
-  distributed::FakeGang three(3);
+  distributed::FakeGang one(1, 0, device());
+  distributed::FakeGang three(3, 0, device());
   auto t1 = make_trainer(m1, one);
   auto t3 = make_trainer(m3, three);
   StepStats s1 = t1->train_step({a});
@@ -204,7 +244,7 @@ TEST(Trainer, SimulatedWorkersHoldingTheSameBatchGiveTheSameUpdate) {
   expect_same_parameters(*m1, *m3, 1e-6);
 }
 
-TEST(Trainer, LossIsNormalizedByTheTotalSampleSize) {
+TEST_P(Training, LossIsNormalizedByTheTotalSampleSize) {
   // The gradient is sum of per-token gradients / all tokens: one batch of 8 equals the same rows
   // split into two micro-batches of 4.
   data::Batch all = make_batch(8, 500);
@@ -220,7 +260,7 @@ TEST(Trainer, LossIsNormalizedByTheTotalSampleSize) {
   };
   auto whole = make_model();
   auto split = make_model();
-  distributed::FakeGang one;
+  distributed::FakeGang one(1, 0, device());
   auto tw = make_trainer(whole, one);
   auto ts = make_trainer(split, one);
   StepStats sw = tw->train_step({all});
@@ -230,7 +270,7 @@ TEST(Trainer, LossIsNormalizedByTheTotalSampleSize) {
   expect_same_parameters(*whole, *split, 1e-5);
 }
 
-TEST(Trainer, DivergedWorkersAreCaught) {
+TEST_P(Training, DivergedWorkersAreCaught) {
   std::vector<std::shared_ptr<models::TransformerModel>> workers{make_model(), make_model()};
   {
     torch::NoGradGuard no_grad;
@@ -238,7 +278,7 @@ TEST(Trainer, DivergedWorkersAreCaught) {
   }
   std::vector<std::string> errors(2);
   data::Batch a = make_batch(3, 600);
-  train_on_threads(2, {{{a}, {a}}}, workers, /*check_interval=*/1, &errors);
+  train_on_threads(2, {{{a}, {a}}}, workers, device(), /*check_interval=*/1, &errors);
   for (int r = 0; r < 2; ++r) {
     EXPECT_NE(errors[r].find("the workers' parameters diverged at update 1"), std::string::npos) << errors[r];
     EXPECT_NE(errors[r].find("rank   1  parameter checksum"), std::string::npos) << errors[r];
@@ -273,19 +313,21 @@ class FaultyModel : public models::TransformerModel {
   }
 };
 
-std::shared_ptr<FaultyModel> make_faulty_model() {
+std::shared_ptr<FaultyModel> make_faulty_model(c10::Device device) {
   torch::manual_seed(7);
   config::ModelConfig m;
   m.arch = "transformer_tiny";
   m.dropout = 0.0;
   m.share_all_embeddings = true;
-  return std::make_shared<FaultyModel>(models::resolve_transformer_options(m, config::TaskConfig{}),
-                                       models::Vocabularies{kVocab, kVocab, 1, true});
+  auto model = std::make_shared<FaultyModel>(models::resolve_transformer_options(m, config::TaskConfig{}),
+                                             models::Vocabularies{kVocab, kVocab, 1, true});
+  model->to(device);
+  return model;
 }
 
-TEST(Trainer, OutOfMemoryOnOneRankSkipsTheUpdateOnEveryRank) {
+TEST_P(Training, OutOfMemoryOnOneRankSkipsTheUpdateOnEveryRank) {
   auto reference = make_model();
-  std::vector<std::shared_ptr<FaultyModel>> workers{make_faulty_model(), make_faulty_model()};
+  std::vector<std::shared_ptr<FaultyModel>> workers{make_faulty_model(device()), make_faulty_model(device())};
   workers[1]->oom = true;
   int port = distributed::pick_free_port();
   std::vector<StepStats> stats(2);
@@ -293,12 +335,7 @@ TEST(Trainer, OutOfMemoryOnOneRankSkipsTheUpdateOnEveryRank) {
   std::vector<std::thread> threads;
   for (int r = 0; r < 2; ++r) {
     threads.emplace_back([&, r] {
-      distributed::ProcessGroupOptions o;
-      o.master_port = port;
-      o.rank = r;
-      o.world_size = 2;
-      o.timeout_seconds = 60;
-      auto gang = distributed::make_process_group_gang(o);
+      auto gang = distributed::make_process_group_gang(gloo_options(port, r, 2, 60, device()));
       auto trainer = make_trainer(workers[r], *gang);
       stats[r] = trainer->train_step({make_batch(3, 700 + r)});
       updates[r] = trainer->num_updates();
@@ -313,10 +350,10 @@ TEST(Trainer, OutOfMemoryOnOneRankSkipsTheUpdateOnEveryRank) {
   }
 }
 
-TEST(Trainer, NonFiniteGradientsAreSkippedThenStopTraining) {
-  auto model = make_faulty_model();
+TEST_P(Training, NonFiniteGradientsAreSkippedThenStopTraining) {
+  auto model = make_faulty_model(device());
   auto reference = make_model();
-  distributed::FakeGang one;
+  distributed::FakeGang one(1, 0, device());
   criterions::CriterionOptions co;
   optim::OptimizerOptions oo;
   optim::LrSchedulerOptions so;
@@ -339,11 +376,11 @@ TEST(Trainer, NonFiniteGradientsAreSkippedThenStopTraining) {
   }
 }
 
-
-// The model's parameters and buffers in float64, by name.
+// The model's parameters and buffers in float64 on the CPU, by name.
 std::map<std::string, at::Tensor> snapshot(const torch::nn::Module& model) {
   std::map<std::string, at::Tensor> out;
-  for (const auto& item : model.named_parameters(true)) out[item.key()] = item.value().detach().to(at::kDouble).clone();
+  for (const auto& item : model.named_parameters(true))
+    out[item.key()] = item.value().detach().to(at::kCPU, at::kDouble, /*non_blocking=*/false, /*copy=*/true);
   return out;
 }
 
@@ -356,14 +393,19 @@ void expect_ema(const checkpoint::TensorDict& ema, const std::vector<std::map<st
     at::Tensor want = expected(name);
     at::Tensor got = ema.at(name).to(at::kDouble);
     EXPECT_EQ(ema.at(name).dtype(), at::kFloat) << name;
-    EXPECT_TRUE(torch::allclose(got, want, 1e-5, 1e-6)) << name << " differs by " << (got - want).abs().max().item<double>();
+    EXPECT_TRUE(torch::allclose(got, want, 1e-5, 1e-6))
+        << name << " differs by " << (got - want).abs().max().item<double>();
   }
 }
 
 // fairseq's EMA (models/ema/ema.py, stepped by the trainer after each update): the shadow is the
 // model's weights at the first update, then decay * shadow + (1 - decay) * weights at each
-// `ema_update_freq`-th update; before `ema_start_update` the decay is 0.
-TEST(Ema, FollowsItsClosedFormOverUpdates) {
+// `ema_update_freq`-th update; before `ema_start_update` the decay is 0. The shadow lives on the
+// model's device, in float32 (whose roundings the float64 closed form's tolerance covers), and its
+// state() is on the CPU.
+class EmaShadow : public OnDevice {};
+
+TEST_P(EmaShadow, FollowsItsClosedFormOverUpdates) {
   for (int variant = 0; variant < 2; ++variant) {
     SCOPED_TRACE(variant);
     // 0: decay 0.9 from update 3, every update, 5 updates; 1: decay 0.8 from the start, every 2nd, 6 updates.
@@ -371,7 +413,7 @@ TEST(Ema, FollowsItsClosedFormOverUpdates) {
     EmaOptions eo{d, variant == 0 ? 3 : 0, variant == 0 ? 1 : 2};
     const int updates = variant == 0 ? 5 : 6;
     auto model = make_model();
-    distributed::FakeGang one;
+    distributed::FakeGang one(1, 0, device());
     auto trainer = make_trainer(model, one, 0, eo);
     ASSERT_NE(trainer->ema(), nullptr);
     std::vector<std::map<std::string, at::Tensor>> p{{}};  // p[n]: the weights after update n
@@ -396,9 +438,9 @@ TEST(Ema, FollowsItsClosedFormOverUpdates) {
   }
 }
 
-TEST(Ema, RestoresAndRefusesAnotherModelsWeights) {
+TEST_P(EmaShadow, RestoresAndRefusesAnotherModelsWeights) {
   auto model = make_model();
-  distributed::FakeGang one;
+  distributed::FakeGang one(1, 0, device());
   auto trainer = make_trainer(model, one, 0, EmaOptions{0.5, 0, 3});
   for (int n = 1; n <= 4; ++n) trainer->train_step({make_batch(4, 950 + n)});
   checkpoint::TensorDict saved = trainer->ema()->state();
@@ -423,8 +465,9 @@ TEST(Ema, RestoresAndRefusesAnotherModelsWeights) {
     copy.restore(missing, 0, "other.pt");
     FAIL() << "a missing EMA weight must be refused";
   } catch (const DataError& e) {
-    EXPECT_NE(std::string(e.what()).find("other.pt: the EMA weights (extra_state.ema) have no `decoder.layers.0.fc1.weight`"),
-              std::string::npos)
+    EXPECT_NE(
+        std::string(e.what()).find("other.pt: the EMA weights (extra_state.ema) have no `decoder.layers.0.fc1.weight`"),
+        std::string::npos)
         << e.what();
   }
   checkpoint::TensorDict reshaped = saved.copy();
@@ -432,9 +475,9 @@ TEST(Ema, RestoresAndRefusesAnotherModelsWeights) {
   EXPECT_THROW(copy.restore(reshaped, 0, "other.pt"), DataError);
 }
 
-TEST(Ema, EmaWeightsHoldsTheShadowInItsScopeOnly) {
+TEST_P(EmaShadow, EmaWeightsHoldsTheShadowInItsScopeOnly) {
   auto model = make_model();
-  distributed::FakeGang one;
+  distributed::FakeGang one(1, 0, device());
   auto trainer = make_trainer(model, one, 0, EmaOptions{0.9, 0, 1});
   {
     // Before any update there is no shadow: the model keeps its weights.
@@ -466,54 +509,55 @@ TEST(Ema, EmaWeightsHoldsTheShadowInItsScopeOnly) {
   EXPECT_DOUBLE_EQ(with_own.loss_sum, trainer->valid_step(valid).loss_sum);
 }
 
-
 // common.bf16: the forward passes run under autocast, while the weights, their gradients and the
 // optimizer's state stay float32; the losses and updates follow the float32 run's within bf16's
-// precision, without being equal to them.
-TEST(Trainer, Bf16TrainsFloat32WeightsCloseToTheFloat32Run) {
+// precision, without being equal to them. Tolerances: 1% of the loss and 5% of the gradient norm on
+// the CPU, which accumulates bf16 products in float32; 5% and 10% on CUDA, whose cuBLAS may also
+// reduce split-K partial sums in bf16 (LibTorch's default) - tests/gpu's bf16 test allows 5% too.
+TEST_P(Training, Bf16TrainsFloat32WeightsCloseToTheFloat32Run) {
+  const double loss_tolerance = device().is_cuda() ? 0.05 : 0.01, gnorm_tolerance = device().is_cuda() ? 0.1 : 0.05;
   auto fp32_model = make_model(), bf16_model = make_model();
   std::vector<at::Tensor> initial;
   for (const auto& p : fp32_model->parameters()) initial.push_back(p.detach().clone());
-  distributed::FakeGang one;
+  distributed::FakeGang one(1, 0, device());
   auto fp32 = make_trainer(fp32_model, one);
   auto bf16 = make_trainer(bf16_model, one, 0, std::nullopt, optim::Precision::kBFloat16);
   for (int n = 1; n <= 3; ++n) {
     std::vector<data::Batch> group{make_batch(4, 1000 + n), make_batch(3, 1100 + n)};
     StepStats a = fp32->train_step(group), b = bf16->train_step(group);
     ASSERT_FALSE(b.skipped);
-    EXPECT_NEAR(b.loss.loss_sum, a.loss.loss_sum, 0.01 * a.loss.loss_sum) << "update " << n;
+    EXPECT_NEAR(b.loss.loss_sum, a.loss.loss_sum, loss_tolerance * a.loss.loss_sum) << "update " << n;
     EXPECT_NE(b.loss.loss_sum, a.loss.loss_sum) << "update " << n << ": bf16 changed nothing";
-    EXPECT_NEAR(b.gnorm, a.gnorm, 0.05 * a.gnorm) << "update " << n;
+    EXPECT_NEAR(b.gnorm, a.gnorm, gnorm_tolerance * a.gnorm) << "update " << n;
   }
   for (const auto& p : bf16_model->parameters()) {
     EXPECT_EQ(p.scalar_type(), at::kFloat);
     EXPECT_EQ(p.grad().scalar_type(), at::kFloat);
+    EXPECT_EQ(p.device(), device());
   }
   // The three updates together, bf16's against float32's: the same direction and size, not equal.
-  double diff = 0, size = 0;
-  auto a = fp32_model->parameters(), b = bf16_model->parameters();
-  for (size_t i = 0; i < a.size(); ++i) {
-    at::Tensor da = (a[i] - initial[i]).to(at::kDouble), db = (b[i] - initial[i]).to(at::kDouble);
-    diff += (da - db).pow(2).sum().item<double>();
-    size += da.pow(2).sum().item<double>();
-  }
-  EXPECT_GT(diff, 0.0);
-  EXPECT_LT(std::sqrt(diff / size), 0.25) << "relative difference of the updates";
+  const double difference = relative_update_difference(*fp32_model, *bf16_model, initial);
+  EXPECT_GT(difference, 0.0);
+  EXPECT_LT(difference, 0.25) << "relative difference of the updates";
   // Validation runs the same way.
   const data::Batch valid = make_batch(5, 1200);
   const double va = fp32->valid_step(valid).loss_sum, vb = bf16->valid_step(valid).loss_sum;
-  EXPECT_NEAR(vb, va, 0.01 * va);
+  EXPECT_NEAR(vb, va, loss_tolerance * va);
   EXPECT_NE(vb, va);
 }
-
 
 // common.fp16 on the CPU: the arithmetic stays float32, the loss is multiplied by the scale and the
 // gradients divided by it (powers of 2: the same bits as without), and fairseq's scaler decides:
 // it grows after its window, and an overflow skips the update and halves it, any number of times
-// in a row, until the minimum loss scale stops training.
-TEST(Trainer, Fp16ScalesExactlyAndOverflowsLowerTheScaleUntilItsMinimum) {
-  auto plain = make_faulty_model(), scaled = make_faulty_model();
-  distributed::FakeGang one;
+// in a row, until the minimum loss scale stops training. On CUDA fp16 is float16 autocast: the
+// scaler's decisions are the same, but only the first update (from the same weights) can be held
+// to the float32 run's numbers, within fp16's precision (1% of the loss, 5% of the gradient norm):
+// the fixed lr of 0.25 makes every later Adam update move each weight by about 0.25 in the sign of
+// its gradient, which float16 flips for the near-zero ones.
+TEST_P(Training, Fp16ScalesExactlyAndOverflowsLowerTheScaleUntilItsMinimum) {
+  const bool exact = !device().is_cuda();
+  auto plain = make_faulty_model(device()), scaled = make_faulty_model(device());
+  distributed::FakeGang one(1, 0, device());
   criterions::CriterionOptions co;
   optim::OptimizerOptions oo;
   oo.name = "adam";
@@ -534,11 +578,23 @@ TEST(Trainer, Fp16ScalesExactlyAndOverflowsLowerTheScaleUntilItsMinimum) {
   for (int n = 0; n < 3; ++n) {
     std::vector<data::Batch> group{make_batch(3, 1300 + n), make_batch(2, 1400 + n)};
     StepStats a = fp32.train_step(group), b = fp16.train_step(group);
-    EXPECT_EQ(b.loss.loss_sum, a.loss.loss_sum);
-    EXPECT_EQ(b.gnorm, a.gnorm);
+    if (exact) {
+      EXPECT_EQ(b.loss.loss_sum, a.loss.loss_sum);
+      EXPECT_EQ(b.gnorm, a.gnorm);
+    } else if (n == 0) {
+      EXPECT_NEAR(b.loss.loss_sum, a.loss.loss_sum, 0.01 * a.loss.loss_sum);
+      EXPECT_NE(b.loss.loss_sum, a.loss.loss_sum) << "fp16 autocast changed nothing on CUDA";
+      EXPECT_NEAR(b.gnorm, a.gnorm, 0.05 * a.gnorm);
+    }
+    EXPECT_FALSE(b.skipped || b.overflow) << "update " << n + 1;
+    EXPECT_TRUE(std::isfinite(b.gnorm)) << "update " << n + 1;
     EXPECT_EQ(b.loss_scale, scales[static_cast<size_t>(n)]) << "update " << n + 1;
   }
-  expect_same_parameters(*plain, *scaled, 0.0);
+  if (exact) expect_same_parameters(*plain, *scaled, 0.0);
+  for (const auto& p : scaled->parameters()) {
+    EXPECT_EQ(p.scalar_type(), at::kFloat);
+    EXPECT_TRUE(torch::isfinite(p).all().item<bool>());
+  }
   auto before = snapshot(*scaled);
   scaled->nan = true;
   double scale = 256;
@@ -564,7 +620,7 @@ TEST(Trainer, Fp16ScalesExactlyAndOverflowsLowerTheScaleUntilItsMinimum) {
   EXPECT_EQ(fp16.num_updates(), 4);
 
   // The loss really is scaled: at 2^127 (float32's largest power of 2) the scaled loss overflows.
-  auto huge_model = make_faulty_model();
+  auto huge_model = make_faulty_model(device());
   lo.init_scale = std::ldexp(1.0, 127);
   lo.min_loss_scale = 1e-4;
   to.loss_scaler = lo;
@@ -578,7 +634,10 @@ TEST(Trainer, Fp16ScalesExactlyAndOverflowsLowerTheScaleUntilItsMinimum) {
 // common.fp16_fallback: where an overflow would bring the loss scale to its minimum, the update is
 // redone in the fallback precision from the last good update's weights, the next ones run in it too,
 // then fp16 resumes with a fresh scale. With fp32 as the fallback, and fp16 computing in float32 on
-// the CPU with power-of-2 scales, the run equals a float32 run that skipped the one lost update.
+// the CPU with power-of-2 scales, the run equals a float32 run that skipped the one lost update. On
+// CUDA, where fp16 is float16 autocast, the decisions are the same but the float32 run is no
+// reference for the numbers (see Fp16ScalesExactly...): there the resumed run is held to the one
+// it was saved from, bit for bit (the same kernels from the same state).
 std::unique_ptr<Trainer> make_fp16_trainer(std::shared_ptr<models::TransformerModel> model, distributed::Gang& gang,
                                            std::optional<optim::Precision> fallback) {
   criterions::CriterionOptions co;
@@ -603,9 +662,10 @@ std::unique_ptr<Trainer> make_fp16_trainer(std::shared_ptr<models::TransformerMo
                                    optim::build_lr_scheduler(so), gang);
 }
 
-TEST(Trainer, Fp16FallbackRedoesTheUpdateAtTheMinimumScaleThenReturnsToFp16) {
-  auto plain_model = make_faulty_model(), model = make_faulty_model();
-  distributed::FakeGang one;
+TEST_P(Training, Fp16FallbackRedoesTheUpdateAtTheMinimumScaleThenReturnsToFp16) {
+  const bool exact = !device().is_cuda();
+  auto plain_model = make_faulty_model(device()), model = make_faulty_model(device());
+  distributed::FakeGang one(1, 0, device());
   auto plain = make_fp16_trainer(plain_model, one, std::nullopt);
   auto fp16 = make_fp16_trainer(model, one, optim::Precision::kFloat32);
   auto batch = [](int n) { return std::vector<data::Batch>{make_batch(3, 1800 + n), make_batch(2, 1900 + n)}; };
@@ -624,14 +684,17 @@ TEST(Trainer, Fp16FallbackRedoesTheUpdateAtTheMinimumScaleThenReturnsToFp16) {
   EXPECT_FALSE(s.skipped);
   EXPECT_TRUE(s.fallback);
   EXPECT_EQ(s.loss_scale, 0);
-  EXPECT_EQ(s.gnorm, p.gnorm);
-  EXPECT_EQ(s.loss.loss_sum, p.loss.loss_sum);
+  if (exact) {
+    EXPECT_EQ(s.gnorm, p.gnorm);
+    EXPECT_EQ(s.loss.loss_sum, p.loss.loss_sum);
+  }
+  EXPECT_TRUE(std::isfinite(s.gnorm));
   EXPECT_EQ(fp16->num_updates(), 2);
   EXPECT_EQ(fp16->fallback_updates_left(), 1);
   EXPECT_EQ(fp16->loss_scaler()->loss_scale(), 2);  // kept, unused, until fp16 returns
 
   // A checkpoint taken in the fallback spell resumes in it.
-  auto resumed_model = make_faulty_model();
+  auto resumed_model = make_faulty_model(device());
   auto resumed = make_fp16_trainer(resumed_model, one, optim::Precision::kFloat32);
   TrainingState state;
   state.num_updates = fp16->num_updates();
@@ -653,20 +716,24 @@ TEST(Trainer, Fp16FallbackRedoesTheUpdateAtTheMinimumScaleThenReturnsToFp16) {
   }
   plain->train_step(batch(4));
   plain->train_step(batch(5));
-  expect_same_parameters(*plain_model, *model, 0.0);
-  expect_same_parameters(*plain_model, *resumed_model, 0.0);
+  if (exact) {
+    expect_same_parameters(*plain_model, *model, 0.0);
+    expect_same_parameters(*plain_model, *resumed_model, 0.0);
+  } else {
+    expect_same_parameters(*model, *resumed_model, 0.0);
+  }
 }
 
 // The decision is collective: NaN on one rank only (2 workers, Gloo over TCP) sends both ranks into
 // bf16 at the same update; they keep equal, finite weights and come back to fp16 together.
-TEST(Trainer, Fp16FallbackToBf16IsTakenByEveryRankAlike) {
-  std::vector<std::shared_ptr<FaultyModel>> workers{make_faulty_model(), make_faulty_model()};
-  auto fp32_model = make_faulty_model();
+TEST_P(Training, Fp16FallbackToBf16IsTakenByEveryRankAlike) {
+  std::vector<std::shared_ptr<FaultyModel>> workers{make_faulty_model(device()), make_faulty_model(device())};
+  auto fp32_model = make_faulty_model(device());
   std::vector<std::vector<StepStats>> stats(2);
   std::map<int, data::Batch> batches;  // made here, not in the threads: one global generator
   for (int n = 1; n <= 5; ++n)
     for (int r = 0; r < 2; ++r) batches[10 * n + r] = make_batch(3, 2000 + 10 * n + r);
-  on_ranks(2, 60, [&](int r, distributed::Gang& gang) {
+  on_ranks(2, 60, device(), [&](int r, distributed::Gang& gang) {
     auto trainer = make_fp16_trainer(workers[r], gang, optim::Precision::kBFloat16);
     for (int n = 1; n <= 5; ++n) {
       if (r == 1 && (n == 2 || n == 3)) workers[r]->nan_passes = 1;
@@ -683,32 +750,34 @@ TEST(Trainer, Fp16FallbackToBf16IsTakenByEveryRankAlike) {
   expect_same_parameters(*workers[0], *workers[1], 0.0);
   for (const auto& p : workers[0]->parameters()) EXPECT_TRUE(torch::isfinite(p).all().item<bool>());
   // bf16 really ran: the weights are not those of the same updates in float32.
-  distributed::FakeGang one;
+  distributed::FakeGang one(1, 0, device());
   auto fp32 = make_fp16_trainer(fp32_model, one, std::nullopt);
   for (int n : {1, 3, 4, 5}) fp32->train_step({batches.at(10 * n), batches.at(10 * n + 1)});
   double diff = 0;
   auto a = fp32_model->parameters(), b = workers[0]->parameters();
-  for (size_t i = 0; i < a.size(); ++i) diff += (a[i] - b[i]).abs().sum().item<double>();
+  for (size_t i = 0; i < a.size(); ++i) diff += (a[i] - b[i]).abs().sum().to(at::kCPU).item<double>();
   EXPECT_GT(diff, 0.0);
 }
 
 // The gradient buckets' all-reduce starts during the last micro-batch's backward (ddp_backend
 // c10d): every bucket is started by backward's hooks, and the parameters are those of the
-// all-reduce after backward, bit for bit, on 2 Gloo workers with update_freq 2.
-TEST(Trainer, BucketsAllReducedDuringBackwardGiveTheSameUpdate) {
+// all-reduce after backward, bit for bit, on 2 Gloo workers with update_freq 2. On CUDA too: the
+// buckets add the same float32 gradients into the same float64 sums, only earlier (on the autograd
+// engine's device thread, on the stream that produced them).
+TEST_P(Training, BucketsAllReducedDuringBackwardGiveTheSameUpdate) {
   std::vector<std::shared_ptr<models::TransformerModel>> overlapped{make_model(), make_model()},
       after{make_model(), make_model()};
   std::vector<std::vector<StepStats>> stats(4);
   std::vector<std::vector<std::vector<data::Batch>>> batches(2);  // [rank][update]: made here, not in
-  for (int r = 0; r < 2; ++r)                                      // threads (one global generator)
+  for (int r = 0; r < 2; ++r)                                     // threads (one global generator)
     for (int n = 0; n < 3; ++n)
       batches[static_cast<size_t>(r)].push_back(
           {make_batch(3 + r, 2100 + 10 * n + 2 * r), make_batch(4, 2101 + 10 * n + 2 * r)});
   for (bool overlap : {true, false}) {
     auto& models = overlap ? overlapped : after;
-    on_ranks(2, 60, [&](int r, distributed::Gang& gang) {
-      auto trainer = make_trainer(models[static_cast<size_t>(r)], gang, 0, std::nullopt, optim::Precision::kFloat32,
-                                  overlap);
+    on_ranks(2, 60, device(), [&](int r, distributed::Gang& gang) {
+      auto trainer =
+          make_trainer(models[static_cast<size_t>(r)], gang, 0, std::nullopt, optim::Precision::kFloat32, overlap);
       for (const auto& group : batches[static_cast<size_t>(r)])
         stats[static_cast<size_t>(r + (overlap ? 0 : 2))].push_back(trainer->train_step(group));
     });
@@ -724,19 +793,20 @@ TEST(Trainer, BucketsAllReducedDuringBackwardGiveTheSameUpdate) {
     }
     auto po = overlapped[static_cast<size_t>(r)]->named_parameters();
     auto pa = after[static_cast<size_t>(r)]->named_parameters();
-    for (const auto& item : po) EXPECT_TRUE(torch::equal(item.value(), pa[item.key()])) << item.key();
+    for (const auto& item : po)
+      EXPECT_TRUE(torch::equal(item.value().to(at::kCPU), pa[item.key()].to(at::kCPU))) << item.key();
   }
   expect_same_parameters(*overlapped[0], *overlapped[1], 0.0);
 }
 
 // A bucket that a rank never joins names itself: the other rank's error says which all-reduce of
 // which bucket at which update, within the gang's timeout.
-TEST(Trainer, AMissingBucketAllReduceNamesItself) {
+TEST_P(Training, AMissingBucketAllReduceNamesItself) {
   std::vector<std::shared_ptr<models::TransformerModel>> models{make_model(), make_model()};
   std::string error;
   double seconds = 0;
   const std::vector<data::Batch> batches{make_batch(3, 2200), make_batch(3, 2201), make_batch(3, 2300)};
-  on_ranks(2, 3, [&](int r, distributed::Gang& gang) {
+  on_ranks(2, 3, device(), [&](int r, distributed::Gang& gang) {
     auto trainer = make_trainer(models[static_cast<size_t>(r)], gang);
     trainer->train_step({batches[static_cast<size_t>(r)]});
     if (r == 1) {
@@ -755,6 +825,9 @@ TEST(Trainer, AMissingBucketAllReduceNamesItself) {
   EXPECT_NE(error.find(" at update 2 failed on rank 0 of 2"), std::string::npos) << error;
   EXPECT_LT(seconds, 3 + 2.5) << error;
 }
+
+INSTANTIATE_TEST_SUITE_P(Devices, Training, ::testing::ValuesIn(testing::test_devices()), testing::device_name);
+INSTANTIATE_TEST_SUITE_P(Devices, EmaShadow, ::testing::ValuesIn(testing::test_devices()), testing::device_name);
 
 }  // namespace
 }  // namespace fairseq_cpp::trainer

@@ -172,13 +172,17 @@ Candidates sampling_step(int64_t step, const at::Tensor& lprobs, const at::Tenso
   } else {
     probs = nopad.exp();
   }
+  // The draw runs on the generator's device (multinomial refuses a generator of another one): the
+  // SequenceGenerator's seeded generator is a CPU one, and draws the same words for CUDA tensors.
+  const at::Tensor draw_from = generator.has_value() ? probs.to(generator->device()) : probs;
   at::Tensor picks;
   if (step == 0) {
-    picks = at::multinomial(probs.view({bsz, -1}), beam, true, generator).view({bsz, beam});
+    picks = at::multinomial(draw_from.view({bsz, -1}), beam, true, generator).view({bsz, beam});
     probs = probs.expand({bsz, beam, probs.size(2)});
   } else {
-    picks = at::multinomial(probs.view({bsz * beam, -1}), 1, true, generator).view({bsz, beam});
+    picks = at::multinomial(draw_from.view({bsz * beam, -1}), 1, true, generator).view({bsz, beam});
   }
+  picks = picks.to(probs.device());
   at::Tensor scores = probs.gather(2, picks.unsqueeze(-1)).log().view({bsz, beam});
   if (top_indices.defined()) {
     picks = top_indices.expand({bsz, beam, top_indices.size(2)}).gather(2, picks.unsqueeze(-1)).squeeze(2);

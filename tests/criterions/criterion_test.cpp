@@ -1,4 +1,5 @@
-// fairseq's criterions against a hand computation on a 3-word vocabulary.
+// fairseq's criterions against a hand computation on a 3-word vocabulary, on each device: inputs
+// built on the CPU and moved, losses and gradients brought back.
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -9,6 +10,7 @@
 
 #include "fairseq_cpp/core/errors.h"
 #include "fairseq_cpp/criterions/cross_entropy.h"
+#include "tests/support/devices.h"
 
 namespace fairseq_cpp::criterions {
 namespace {
@@ -20,15 +22,15 @@ const double ln2 = std::log(2.0), ln3 = std::log(3.0), ln6 = std::log(6.0);
 //   B = [0, ln 2, ln 3]   -> [1/6, 2/6, 3/6]
 // sentence 0 = [A -> target 1, B -> target 2], sentence 1 = [B -> target 2, anything -> pad].
 struct Example {
-  at::Tensor logits, target;
-  Example() {
+  at::Tensor logits, target;  // on the device; logits is a leaf that requires its gradient
+  explicit Example(torch::Device device) {
     auto a = std::vector<float>{0, 0, 0};
     auto b = std::vector<float>{0, static_cast<float>(ln2), static_cast<float>(ln3)};
     auto junk = std::vector<float>{50, -50, 7};
     std::vector<float> all;
     for (auto* row : {&a, &b, &b, &junk}) all.insert(all.end(), row->begin(), row->end());
-    logits = torch::tensor(all).view({2, 2, 3}).requires_grad_(true);
-    target = torch::tensor({1, 2, 2, 0}, torch::kLong).view({2, 2});
+    logits = torch::tensor(all).view({2, 2, 3}).to(device).requires_grad_(true);
+    target = torch::tensor({1, 2, 2, 0}, torch::kLong).view({2, 2}).to(device);
   }
 };
 
@@ -42,42 +44,50 @@ CriterionOptions options(const std::string& name, double eps, bool sentence_avg 
   return o;
 }
 
-TEST(Criterion, CrossEntropyIsTheSummedNllOverNonPadding) {
-  Example ex;
+class Criterions : public ::testing::TestWithParam<std::string> {
+ protected:
+  torch::Device device() const { return torch::Device(GetParam()); }
+  // CPU float32 meets the first; CUDA float32 (its own exp, log and summation orders) the second.
+  double tolerance(double cpu) const { return device().is_cuda() ? 10 * cpu : cpu; }
+};
+
+TEST_P(Criterions, CrossEntropyIsTheSummedNllOverNonPadding) {
+  Example ex(device());
   LossOutput out = Criterion(options("cross_entropy", 0.0))(ex.logits, ex.target);
   const double nll = ln3 + ln2 + ln2;  // -ln(1/3) - ln(1/2) - ln(1/2)
-  EXPECT_NEAR(out.loss.item<double>(), nll, 1e-6);
-  EXPECT_NEAR(out.stats.loss_sum, nll, 1e-6);
-  EXPECT_NEAR(out.stats.nll_loss_sum, nll, 1e-6);
+  EXPECT_EQ(out.loss.device(), device());
+  EXPECT_NEAR(out.loss.item<double>(), nll, tolerance(1e-6));
+  EXPECT_NEAR(out.stats.loss_sum, nll, tolerance(1e-6));
+  EXPECT_NEAR(out.stats.nll_loss_sum, nll, tolerance(1e-6));
   EXPECT_EQ(out.stats.ntokens, 3);
   EXPECT_EQ(out.stats.nsentences, 2);
   EXPECT_EQ(out.stats.sample_size, 3);
-  EXPECT_EQ(out.stats.n_correct, 2);                   // B's argmax is 2 (twice); A's argmax is 0, target 1
-  EXPECT_NEAR(out.stats.loss(), nll / 3 / ln2, 1e-6);  // fairseq logs base 2
-  EXPECT_NEAR(out.stats.perplexity(), std::pow(2.0, nll / 3 / ln2), 1e-5);
+  EXPECT_EQ(out.stats.n_correct, 2);                              // B's argmax is 2 (twice); A's argmax is 0, target 1
+  EXPECT_NEAR(out.stats.loss(), nll / 3 / ln2, tolerance(1e-6));  // fairseq logs base 2
+  EXPECT_NEAR(out.stats.perplexity(), std::pow(2.0, nll / 3 / ln2), tolerance(1e-5));
 
   // d loss / d logits = softmax - onehot on real tokens, zero on the padding position.
   out.loss.backward();
-  at::Tensor grad = ex.logits.grad();
-  EXPECT_NEAR(grad[0][0][1].item<double>(), 1.0 / 3 - 1, 1e-6);
-  EXPECT_NEAR(grad[0][1][2].item<double>(), 0.5 - 1, 1e-6);
-  EXPECT_NEAR(grad[1][0][0].item<double>(), 1.0 / 6, 1e-6);
+  at::Tensor grad = ex.logits.grad().to(torch::kCPU);
+  EXPECT_NEAR(grad[0][0][1].item<double>(), 1.0 / 3 - 1, tolerance(1e-6));
+  EXPECT_NEAR(grad[0][1][2].item<double>(), 0.5 - 1, tolerance(1e-6));
+  EXPECT_NEAR(grad[1][0][0].item<double>(), 1.0 / 6, tolerance(1e-6));
   EXPECT_EQ(grad[1][1].abs().sum().item<double>(), 0.0);
 }
 
-TEST(Criterion, LabelSmoothingSpreadsEpsOverTheVocabularyAsFairseqV09) {
-  Example ex;
+TEST_P(Criterions, LabelSmoothingSpreadsEpsOverTheVocabularyAsFairseqV09) {
+  Example ex(device());
   const double eps = 0.1;
   LossOutput out = Criterion(options("label_smoothed_cross_entropy", eps))(ex.logits, ex.target);
   const double nll = ln3 + 2 * ln2;
   // sum over the vocabulary of -log p: A: 3 ln 3; B: ln 6 + ln 3 + ln 2 = ln 36 (twice).
   const double smooth = 3 * ln3 + 2 * (ln6 + ln3 + ln2);
   const double expected = (1 - eps) * nll + eps / 3 * smooth;  // eps_i = eps / V (v0.9)
-  EXPECT_NEAR(out.stats.loss_sum, expected, 1e-6);
-  EXPECT_NEAR(out.loss.item<double>(), expected, 1e-6);
-  EXPECT_NEAR(out.stats.nll_loss_sum, nll, 1e-6);
-  EXPECT_NEAR(out.stats.loss(), expected / 3 / ln2, 1e-6);
-  EXPECT_NEAR(out.stats.nll_loss(), nll / 3 / ln2, 1e-6);
+  EXPECT_NEAR(out.stats.loss_sum, expected, tolerance(1e-6));
+  EXPECT_NEAR(out.loss.item<double>(), expected, tolerance(1e-6));
+  EXPECT_NEAR(out.stats.nll_loss_sum, nll, tolerance(1e-6));
+  EXPECT_NEAR(out.stats.loss(), expected / 3 / ln2, tolerance(1e-6));
+  EXPECT_NEAR(out.stats.nll_loss(), nll / 3 / ln2, tolerance(1e-6));
   // Newer fairseq's eps / (V - 1) would give a different number: the test tells them apart.
   const double newer = (1 - eps - eps / 2) * nll + eps / 2 * smooth;
   EXPECT_GT(std::abs(out.stats.loss_sum - newer), 1e-3);
@@ -86,7 +96,7 @@ TEST(Criterion, LabelSmoothingSpreadsEpsOverTheVocabularyAsFairseqV09) {
 // The criterion's fused backward against autograd through the plain composition
 // (log_softmax, then label_smoothed_nll_loss), on random logits with padding rows, for the
 // loss, the nll and a mix of both.
-TEST(Criterion, FusedGradientEqualsAutogradOfTheComposition) {
+TEST_P(Criterions, FusedGradientEqualsAutogradOfTheComposition) {
   torch::manual_seed(3);
   for (double eps : {0.0, 0.1}) {
     for (auto [a, b] : {std::pair{1.0, 0.0}, std::pair{0.0, 1.0}, std::pair{0.7, -0.3}}) {
@@ -95,6 +105,8 @@ TEST(Criterion, FusedGradientEqualsAutogradOfTheComposition) {
       target[1][4] = 0;  // padding rows (padding_idx 0)
       target[2][3] = 0;
       target[2][4] = 0;
+      base = base.to(device());  // drawn on the CPU: the same numbers on every device
+      target = target.to(device());
       at::Tensor fused_in = base.clone().requires_grad_(true);
       LossOutput out = Criterion(options("label_smoothed_cross_entropy", eps))(fused_in, target);
       (a * out.loss + b * out.nll_loss).backward();
@@ -103,12 +115,13 @@ TEST(Criterion, FusedGradientEqualsAutogradOfTheComposition) {
       auto [loss, nll] = label_smoothed_nll_loss(torch::log_softmax(plain_in, -1).view({-1, 11}), target.view(-1),
                                                  eps, 0);
       (a * loss + b * nll).backward();
-      EXPECT_NEAR(out.loss.item<double>(), loss.item<double>(), 1e-4);
-      EXPECT_NEAR(out.nll_loss.item<double>(), nll.item<double>(), 1e-4);
-      EXPECT_TRUE(torch::allclose(fused_in.grad(), plain_in.grad(), 1e-5, 1e-6))
+      EXPECT_NEAR(out.loss.item<double>(), loss.item<double>(), tolerance(1e-4));
+      EXPECT_NEAR(out.nll_loss.item<double>(), nll.item<double>(), tolerance(1e-4));
+      at::Tensor fused_grad = fused_in.grad().to(torch::kCPU), plain_grad = plain_in.grad().to(torch::kCPU);
+      EXPECT_TRUE(torch::allclose(fused_grad, plain_grad, tolerance(1e-5), tolerance(1e-6)))
           << "eps " << eps << " a " << a << " b " << b << ": max difference "
-          << (fused_in.grad() - plain_in.grad()).abs().max().item<double>();
-      EXPECT_EQ(fused_in.grad()[2][4].abs().sum().item<double>(), 0.0);  // padding rows get no gradient
+          << (fused_grad - plain_grad).abs().max().item<double>();
+      EXPECT_EQ(fused_grad[2][4].abs().sum().item<double>(), 0.0);  // padding rows get no gradient
     }
   }
 }
@@ -116,7 +129,7 @@ TEST(Criterion, FusedGradientEqualsAutogradOfTheComposition) {
 // From features and the output weight, projected 3 rows at a time (7 non-padding rows: chunks of
 // 3, 3 and 1): the losses, accuracy and gradients with respect to both the features and the
 // weight equal autograd through linear, log_softmax and label_smoothed_nll_loss.
-TEST(Criterion, ChunkedProjectionEqualsAutogradOfLinearAndLoss) {
+TEST_P(Criterions, ChunkedProjectionEqualsAutogradOfLinearAndLoss) {
   torch::manual_seed(4);
   for (double eps : {0.0, 0.1}) {
     for (auto [a, b] : {std::pair{1.0, 0.0}, std::pair{0.0, 1.0}, std::pair{0.7, -0.3}}) {
@@ -126,6 +139,9 @@ TEST(Criterion, ChunkedProjectionEqualsAutogradOfLinearAndLoss) {
       target[0][4] = 0;  // padding rows (padding_idx 0)
       target[1][3] = 0;
       target[1][4] = 0;
+      base_h = base_h.to(device());  // drawn on the CPU: the same numbers on every device
+      base_w = base_w.to(device());
+      target = target.to(device());
       CriterionOptions o = options("label_smoothed_cross_entropy", eps);
       o.chunk_elements = 3 * 11;
       o.report_accuracy = true;
@@ -140,15 +156,16 @@ TEST(Criterion, ChunkedProjectionEqualsAutogradOfLinearAndLoss) {
       auto [loss, nll] = label_smoothed_nll_loss(torch::log_softmax(logits, -1).view({-1, 11}), target.view(-1),
                                                  eps, 0);
       (a * loss + b * nll).backward();
-      EXPECT_NEAR(out.loss.item<double>(), loss.item<double>(), 1e-4);
-      EXPECT_NEAR(out.nll_loss.item<double>(), nll.item<double>(), 1e-4);
+      EXPECT_NEAR(out.loss.item<double>(), loss.item<double>(), tolerance(1e-4));
+      EXPECT_NEAR(out.nll_loss.item<double>(), nll.item<double>(), tolerance(1e-4));
       EXPECT_EQ(out.stats.ntokens, 7);
       EXPECT_EQ(out.stats.n_correct,
                 logits.argmax(-1).eq(target).logical_and(target.ne(0)).sum().item<int64_t>());
       for (auto [fused, plain, name] : {std::tuple{h, plain_h, "features"}, std::tuple{w, plain_w, "weight"}}) {
-        EXPECT_TRUE(torch::allclose(fused.grad(), plain.grad(), 1e-5, 1e-5))
+        at::Tensor fused_grad = fused.grad().to(torch::kCPU), plain_grad = plain.grad().to(torch::kCPU);
+        EXPECT_TRUE(torch::allclose(fused_grad, plain_grad, tolerance(1e-5), tolerance(1e-5)))
             << name << ", eps " << eps << " a " << a << " b " << b << ": max difference "
-            << (fused.grad() - plain.grad()).abs().max().item<double>();
+            << (fused_grad - plain_grad).abs().max().item<double>();
       }
       EXPECT_EQ(h.grad()[1][4].abs().sum().item<double>(), 0.0);  // padding rows get no gradient
     }
@@ -156,24 +173,24 @@ TEST(Criterion, ChunkedProjectionEqualsAutogradOfLinearAndLoss) {
 }
 
 // Without gradients (validation) the chunked path gives the same sums as the logits path.
-TEST(Criterion, ChunkedProjectionWithoutGradientsMatchesTheLogitsPath) {
+TEST_P(Criterions, ChunkedProjectionWithoutGradientsMatchesTheLogitsPath) {
   torch::NoGradGuard no_grad;
   torch::manual_seed(5);
-  at::Tensor h = torch::randn({3, 4, 6});
-  at::Tensor w = torch::randn({9, 6});
-  at::Tensor target = torch::randint(0, 9, {3, 4}, torch::kLong);
+  at::Tensor h = torch::randn({3, 4, 6}).to(device());
+  at::Tensor w = torch::randn({9, 6}).to(device());
+  at::Tensor target = torch::randint(0, 9, {3, 4}, torch::kLong).to(device());
   CriterionOptions o = options("label_smoothed_cross_entropy", 0.1);
   o.chunk_elements = 5 * 9;
   LossOutput chunked = Criterion(o)(h, w, target);
   LossOutput whole = Criterion(o)(torch::matmul(h, w.t()), target);
-  EXPECT_NEAR(chunked.stats.loss_sum, whole.stats.loss_sum, 1e-4);
-  EXPECT_NEAR(chunked.stats.nll_loss_sum, whole.stats.nll_loss_sum, 1e-4);
+  EXPECT_NEAR(chunked.stats.loss_sum, whole.stats.loss_sum, tolerance(1e-4));
+  EXPECT_NEAR(chunked.stats.nll_loss_sum, whole.stats.nll_loss_sum, tolerance(1e-4));
   EXPECT_EQ(chunked.stats.ntokens, whole.stats.ntokens);
   EXPECT_FALSE(chunked.loss.requires_grad());
 }
 
-TEST(Criterion, SentenceAvgAndStatsAccumulate) {
-  Example ex;
+TEST_P(Criterions, SentenceAvgAndStatsAccumulate) {
+  Example ex(device());
   LossOutput out = Criterion(options("label_smoothed_cross_entropy", 0.1, true))(ex.logits, ex.target);
   EXPECT_EQ(out.stats.sample_size, 2);
   LossStats total;
@@ -184,19 +201,22 @@ TEST(Criterion, SentenceAvgAndStatsAccumulate) {
   EXPECT_NEAR(total.loss(), out.stats.loss(), 1e-12);
 }
 
-TEST(Criterion, IgnorePrefixSizeDropsLeadingPositions) {
-  Example ex;
+TEST_P(Criterions, IgnorePrefixSizeDropsLeadingPositions) {
+  Example ex(device());
   auto o = options("cross_entropy", 0.0);
   o.ignore_prefix_size = 1;
   LossOutput out = Criterion(o)(ex.logits, ex.target);
-  EXPECT_NEAR(out.stats.loss_sum, ln2, 1e-6);  // only sentence 0's second position remains
+  EXPECT_NEAR(out.stats.loss_sum, ln2, tolerance(1e-6));  // only sentence 0's second position remains
   EXPECT_EQ(out.stats.ntokens, 1);
 }
 
+// Option checks only: no tensors.
 TEST(Criterion, RefusesUnknownNamesAndSmoothingWithoutTheSmoothedCriterion) {
   EXPECT_THROW(Criterion(options("mse", 0.0)), UserError);
   EXPECT_THROW(Criterion(options("cross_entropy", 0.1)), UserError);
 }
+
+INSTANTIATE_TEST_SUITE_P(Devices, Criterions, ::testing::ValuesIn(testing::test_devices()), testing::device_name);
 
 }  // namespace
 }  // namespace fairseq_cpp::criterions

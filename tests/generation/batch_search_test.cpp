@@ -1,5 +1,7 @@
 // search_batches: batches dealt out in parts to worker threads give the hypotheses of searching
-// each whole batch on its own, in batch order on the calling thread; errors stop the workers.
+// each whole batch on its own, in batch order on the calling thread; errors stop the workers. On
+// each device: off the CPU search_batches searches the batches one by one, and must give the same.
+// Hypotheses are compared with a search on the same device, so near ties resolve alike.
 #include <gtest/gtest.h>
 
 #include <ATen/Parallel.h>
@@ -10,13 +12,15 @@
 
 #include "fairseq_cpp/generation/batch_search.h"
 #include "fairseq_cpp/models/transformer.h"
+#include "tests/support/devices.h"
 
 namespace fairseq_cpp::generation {
 namespace {
 
 constexpr int64_t kVocab = 40;
 
-std::shared_ptr<models::TransformerModel> small_model() {
+// Weights drawn on the CPU (the same on every device), then moved to `device`.
+std::shared_ptr<models::TransformerModel> small_model(torch::Device device) {
   torch::manual_seed(3);
   config::ModelConfig m;
   m.arch = "transformer";
@@ -32,11 +36,13 @@ std::shared_ptr<models::TransformerModel> small_model() {
   auto model = std::make_shared<models::TransformerModel>(
       models::resolve_transformer_options(m, config::TaskConfig{}), models::Vocabularies{kVocab, kVocab, 1, true});
   model->eval();
+  model->to(device);
   return model;
 }
 
-// `sizes` sentences of random words 4.. of random lengths, left-padded with <pad> = 1, </s> = 2 last.
-std::vector<SearchBatch> random_batches(const std::vector<int64_t>& sizes) {
+// `sizes` sentences of random words 4.. of random lengths, left-padded with <pad> = 1, </s> = 2 last;
+// drawn on the CPU, then moved to `device`.
+std::vector<SearchBatch> random_batches(const std::vector<int64_t>& sizes, torch::Device device) {
   torch::manual_seed(11);
   std::vector<SearchBatch> batches;
   for (int64_t rows : sizes) {
@@ -48,7 +54,7 @@ std::vector<SearchBatch> random_batches(const std::vector<int64_t>& sizes) {
       src[r].narrow(0, width - len, len).copy_(torch::randint(4, kVocab, {len}, torch::kInt64));
       src[r][width - 1] = 2;
     }
-    batches.push_back({src, lengths, at::Tensor()});
+    batches.push_back({src.to(device), lengths.to(device), at::Tensor()});
   }
   return batches;
 }
@@ -60,10 +66,15 @@ GeneratorOptions options() {
   return o;
 }
 
-TEST(SearchBatches, PartsOnWorkersGiveTheHypothesesOfWholeBatchesInOrder) {
-  auto model = small_model();
+class SearchBatches : public ::testing::TestWithParam<std::string> {
+ protected:
+  torch::Device device() const { return torch::Device(GetParam()); }
+};
+
+TEST_P(SearchBatches, PartsOnWorkersGiveTheHypothesesOfWholeBatchesInOrder) {
+  auto model = small_model(device());
   SequenceGenerator generator(options(), {1, 2, 3, kVocab});
-  const auto batches = random_batches({7, 5, 1, 8, 3});
+  const auto batches = random_batches({7, 5, 1, 8, 3}, device());
   std::vector<Hypotheses> expected;
   for (const auto& b : batches) expected.push_back(generator.generate(*model, b.src_tokens, b.src_lengths));
 
@@ -86,7 +97,7 @@ TEST(SearchBatches, PartsOnWorkersGiveTheHypothesesOfWholeBatchesInOrder) {
   EXPECT_EQ(at::get_num_threads(), threads_before) << "the intra-op thread count is restored";
 
   // One sentence for 3 workers (fewer parts than workers): searched as it is.
-  const auto single = random_batches({1});
+  const auto single = random_batches({1}, device());
   Hypotheses alone = generator.generate(*model, single[0].src_tokens, single[0].src_lengths);
   search_batches(generator, *model, single, 3, [&](size_t, Hypotheses&& found) {
     ASSERT_EQ(found.size(), 1u);
@@ -94,13 +105,13 @@ TEST(SearchBatches, PartsOnWorkersGiveTheHypothesesOfWholeBatchesInOrder) {
   });
 }
 
-TEST(SearchBatches, SamplingKeepsWholeBatches) {
-  auto model = small_model();
+TEST_P(SearchBatches, SamplingKeepsWholeBatches) {
+  auto model = small_model(device());
   GeneratorOptions o = options();
   o.sampling = true;
   o.seed = 5;
   SequenceGenerator generator(o, {1, 2, 3, kVocab});
-  const auto batches = random_batches({6, 4});
+  const auto batches = random_batches({6, 4}, device());
   std::vector<Hypotheses> expected;
   for (const auto& b : batches) expected.push_back(generator.generate(*model, b.src_tokens, b.src_lengths));
   search_batches(generator, *model, batches, 2, [&](size_t i, Hypotheses&& found) {
@@ -112,8 +123,8 @@ TEST(SearchBatches, SamplingKeepsWholeBatches) {
 
 // Diverse beam search treats each sentence on its own, as beam search does: parts give the whole
 // batch's hypotheses. match_source_len's longest output is the batch's longest source: whole batches.
-TEST(SearchBatches, DiverseBeamSearchAndMatchSourceLenGiveTheHypothesesOfWholeBatches) {
-  auto model = small_model();
+TEST_P(SearchBatches, DiverseBeamSearchAndMatchSourceLenGiveTheHypothesesOfWholeBatches) {
+  auto model = small_model(device());
   GeneratorOptions diverse = options();
   diverse.beam = 4;
   diverse.diverse_beam_groups = 2;
@@ -121,7 +132,7 @@ TEST(SearchBatches, DiverseBeamSearchAndMatchSourceLenGiveTheHypothesesOfWholeBa
   match.match_source_len = true;
   for (const GeneratorOptions& o : {diverse, match}) {
     SequenceGenerator generator(o, {1, 2, 3, kVocab});
-    const auto batches = random_batches({7, 5});
+    const auto batches = random_batches({7, 5}, device());
     std::vector<Hypotheses> expected;
     for (const auto& b : batches) expected.push_back(generator.generate(*model, b.src_tokens, b.src_lengths));
     search_batches(generator, *model, batches, 2, [&](size_t i, Hypotheses&& found) {
@@ -159,26 +170,29 @@ class FailingModel : public models::EncoderDecoderModel {
   int64_t limit_;
 };
 
-TEST(SearchBatches, AnErrorInAWorkerOrInTheCallbackStopsTheSearch) {
+TEST_P(SearchBatches, AnErrorInAWorkerOrInTheCallbackStopsTheSearch) {
   SequenceGenerator generator(options(), {1, 2, 3, kVocab});
-  // Parts of at most 2 rows (4 sentences on 2 workers) pass; the 6-sentence batch's parts fail.
-  FailingModel failing(small_model(), 2);
-  const auto batches = random_batches({4, 4, 6, 4});
+  // CPU: parts of at most 2 rows (4 sentences on 2 workers) pass; the 6-sentence batch's parts fail.
+  // CUDA: whole batches, one by one: the first fails.
+  FailingModel failing(small_model(device()), 2);
+  const auto batches = random_batches({4, 4, 6, 4}, device());
   std::vector<size_t> done;
   EXPECT_THROW(search_batches(generator, failing, batches, 2, [&](size_t i, Hypotheses&&) { done.push_back(i); }),
                std::runtime_error);
   // Batches finished before the failure may be delivered, in order; none from the failing one on.
   EXPECT_TRUE(done == std::vector<size_t>{} || done == std::vector<size_t>{0} || done == (std::vector<size_t>{0, 1}));
 
-  auto model = small_model();
+  auto model = small_model(device());
   int calls = 0;
-  EXPECT_THROW(search_batches(generator, *model, random_batches({3, 3, 3, 3}), 2,
+  EXPECT_THROW(search_batches(generator, *model, random_batches({3, 3, 3, 3}, device()), 2,
                               [&](size_t, Hypotheses&&) {
                                 if (++calls == 2) throw std::logic_error("printing failed");
                               }),
                std::logic_error);
   EXPECT_EQ(calls, 2);
 }
+
+INSTANTIATE_TEST_SUITE_P(Devices, SearchBatches, ::testing::ValuesIn(testing::test_devices()), testing::device_name);
 
 }  // namespace
 }  // namespace fairseq_cpp::generation

@@ -1,6 +1,12 @@
 // Beam search against a scripted decoder: the model's next-word probabilities for each prefix are
 // written in the test, and the expected hypotheses and scores are worked out by hand (as fairseq's
-// tests/test_sequence_generator.py does).
+// tests/test_sequence_generator.py does). The search runs on each device (CPU always, CUDA where
+// present): the scripted decoder answers on the device of its inputs.
+//
+// Ties: the scripts' probabilities are chosen so that no two finite candidates a test depends on
+// have equal scores, so the expected tokens are exact on every device. Candidates of score -inf do
+// tie (their order is unspecified and may differ between CPU and CUDA), but they never finalize and
+// never enter the expected hypotheses.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -13,6 +19,7 @@
 #include "fairseq_cpp/core/errors.h"
 #include "fairseq_cpp/generation/search.h"
 #include "fairseq_cpp/generation/sequence_generator.h"
+#include "tests/support/devices.h"
 
 namespace fairseq_cpp::generation {
 namespace {
@@ -37,8 +44,11 @@ class ScriptedModel : public models::EncoderDecoderModel {
   models::EncoderOut encode(const at::Tensor& src_tokens, const at::Tensor&) override {
     const int64_t bsz = src_tokens.size(0);
     width_ = src_tokens.size(1);
+    const auto device = src_tokens.device();
     // (B) sentence numbers -> (B, 1, 1) "states"
-    return {torch::arange(bsz, torch::kFloat32).view({bsz, 1, 1}), torch::zeros({bsz, 1}, torch::kBool), at::Tensor(), {}};
+    at::Tensor states = torch::arange(bsz, torch::TensorOptions().dtype(torch::kFloat32).device(device));
+    at::Tensor padding = torch::zeros({bsz, 1}, torch::TensorOptions().dtype(torch::kBool).device(device));
+    return {states.view({bsz, 1, 1}), padding, at::Tensor(), {}};
   }
   at::Tensor decode(const at::Tensor&, const models::EncoderOut&) override { return {}; }
   at::Tensor decode_step(const at::Tensor& prev, const models::EncoderOut& encoder_out,
@@ -48,28 +58,31 @@ class ScriptedModel : public models::EncoderDecoderModel {
     at::Tensor& cache = state.layers[0].self_attn.key;  // (N, t) tokens so far
     cache = cache.defined() ? torch::cat({cache, prev.narrow(1, prev.size(1) - 1, 1)}, 1) : prev.clone();
     if (!torch::equal(cache, prev)) throw std::runtime_error("the incremental cache was not reordered correctly");
+    // The script is read on the CPU; the answers go to the device of the inputs.
+    const at::Tensor prev_cpu = prev.to(torch::kCPU);
     const int64_t rows = prev.size(0);
-    const at::Tensor states = encoder_out.states();
+    const at::Tensor states = encoder_out.states().to(torch::kCPU);
     at::Tensor logits = torch::full({rows, 1, kVocab}, -std::numeric_limits<float>::infinity());
     for (int64_t r = 0; r < rows; ++r) {
       const auto sentence = static_cast<size_t>(states[r][0][0].item<float>());
       Prefix prefix;
-      for (int64_t t = 1; t < prev.size(1); ++t) prefix.push_back(prev[r][t].item<int64_t>());
+      for (int64_t t = 1; t < prev.size(1); ++t) prefix.push_back(prev_cpu[r][t].item<int64_t>());
       auto it = scripts_.at(sentence).find(prefix);
       const Distribution dist = it == scripts_.at(sentence).end() ? Distribution{{kEos, 1.0}} : it->second;
       for (const auto& [word, p] : dist) logits[r][0][word] = std::log(p);
     }
     if (state.need_attn) {
-      state.attn = torch::full({rows, width_}, 0.1f);  // (N, S)
+      at::Tensor attn = torch::full({rows, width_}, 0.1f);  // (N, S)
       for (int64_t r = 0; r < rows; ++r) {
         Prefix prefix;
-        for (int64_t t = 1; t < prev.size(1); ++t) prefix.push_back(prev[r][t].item<int64_t>());
+        for (int64_t t = 1; t < prev.size(1); ++t) prefix.push_back(prev_cpu[r][t].item<int64_t>());
         auto it = peaks_.find(prefix);
-        state.attn[r][it == peaks_.end() ? 0 : it->second] = 0.8f;
+        attn[r][it == peaks_.end() ? 0 : it->second] = 0.8f;
       }
+      state.attn = attn.to(prev.device());
     }
     ++calls_;
-    return logits;
+    return logits.to(prev.device());
   }
   int64_t max_source_positions() const override { return 1024; }
   int64_t max_target_positions() const override { return 1024; }
@@ -88,41 +101,72 @@ const Script kScript0 = {
     {{kB}, {{kEos, 0.8}, {kA, 0.2}}},
 };
 
-// Sentence i's source has lengths[i] tokens (all 3 when `lengths` is empty).
-std::vector<std::vector<Hypothesis>> run(const std::vector<Script>& scripts, GeneratorOptions options,
-                                         at::Tensor prefix = {}, std::vector<int64_t> lengths = {}) {
+// Sentence i's source has lengths[i] tokens (all 3 when `lengths` is empty); the source, its
+// lengths and the prefix go to `device`.
+std::vector<std::vector<Hypothesis>> generate_on(torch::Device device, const std::vector<Script>& scripts,
+                                                 GeneratorOptions options, at::Tensor prefix = {},
+                                                 std::vector<int64_t> lengths = {}) {
   ScriptedModel model(scripts);
   SequenceGenerator generator(options, {1, kEos, kUnk, kVocab});
   const auto bsz = static_cast<int64_t>(scripts.size());
   if (lengths.empty()) lengths.assign(scripts.size(), 3);
   const int64_t width = *std::max_element(lengths.begin(), lengths.end());
-  at::Tensor src = torch::full({bsz, width}, kA, torch::kInt64);
-  return generator.generate(model, src, torch::tensor(lengths, torch::kInt64), prefix);
+  at::Tensor src = torch::full({bsz, width}, kA, torch::kInt64).to(device);
+  return generator.generate(model, src, torch::tensor(lengths, torch::kInt64).to(device),
+                            prefix.defined() ? prefix.to(device) : prefix);
 }
 
-void expect_hypothesis(const Hypothesis& h, const Prefix& tokens, double score, const std::vector<double>& positional) {
+void check_hypothesis(const Hypothesis& h, const Prefix& tokens, double score, const std::vector<double>& positional,
+                      double tolerance) {
   EXPECT_EQ(h.tokens, tokens);
-  EXPECT_NEAR(h.score, score, 1e-6);
+  EXPECT_NEAR(h.score, score, tolerance);
   ASSERT_EQ(h.positional_scores.size(), positional.size());
-  for (size_t i = 0; i < positional.size(); ++i) EXPECT_NEAR(h.positional_scores[i], positional[i], 1e-6) << i;
+  for (size_t i = 0; i < positional.size(); ++i) EXPECT_NEAR(h.positional_scores[i], positional[i], tolerance) << i;
 }
 
 std::vector<int64_t> to_vector(const at::Tensor& t) {
-  at::Tensor c = t.contiguous();
+  at::Tensor c = t.to(torch::kCPU).contiguous();
   return {c.data_ptr<int64_t>(), c.data_ptr<int64_t>() + c.numel()};
 }
 
-TEST(BeamSearchStep, TopTwoBeamOverBeamTimesVocabOfCumulativeScores) {
+// A suite on each device: `device()`, and the tolerance of scores worked out by hand.
+class OnDevices : public ::testing::TestWithParam<std::string> {
+ protected:
+  torch::Device device() const { return torch::Device(GetParam()); }
+  // CPU float32 meets the first; CUDA float32 (its own log_softmax) the second.
+  double tolerance() const { return device().is_cuda() ? 1e-5 : 1e-6; }
+};
+
+class BeamSearchStep : public OnDevices {};
+class DiverseBeamSearchStep : public OnDevices {};
+
+// Whole searches with the scripted decoder on the device.
+class SequenceGeneration : public OnDevices {
+ protected:
+  std::vector<std::vector<Hypothesis>> run(const std::vector<Script>& scripts, GeneratorOptions options,
+                                           at::Tensor prefix = {}, std::vector<int64_t> lengths = {}) const {
+    return generate_on(device(), scripts, std::move(options), std::move(prefix), std::move(lengths));
+  }
+  void expect_hypothesis(const Hypothesis& h, const Prefix& tokens, double score,
+                         const std::vector<double>& positional) const {
+    check_hypothesis(h, tokens, score, positional, tolerance());
+  }
+};
+
+TEST_P(BeamSearchStep, TopTwoBeamOverBeamTimesVocabOfCumulativeScores) {
   // One sentence, beam 2, vocabulary 4. Step 1: cumulative scores -1 and -2.
-  at::Tensor lprobs = torch::log(torch::tensor({{{0.1, 0.2, 0.3, 0.4}, {0.7, 0.1, 0.1, 0.1}}}));
-  at::Tensor cumulative = torch::tensor({{-1.0f, -2.0f}});
+  at::Tensor lprobs = torch::log(torch::tensor({{{0.1, 0.2, 0.3, 0.4}, {0.7, 0.1, 0.1, 0.1}}})).to(device());
+  at::Tensor cumulative = torch::tensor({{-1.0f, -2.0f}}).to(device());
   Candidates c = beam_search_step(1, lprobs, cumulative);
   // Totals: beam 0: -1 + log(.4) = -1.916, log(.3) -> -2.204, log(.2) -> -2.609; beam 1: -2 + log(.7) = -2.357.
+  // Beam 1's three equal 0.1s (-4.303) are below the top 4: no tie decides the expectation.
   EXPECT_EQ(c.tokens.sizes(), (std::vector<int64_t>{1, 4}));
+  EXPECT_EQ(c.tokens.device(), device());
   EXPECT_EQ(to_vector(c.tokens[0]), (std::vector<int64_t>{3, 2, 0, 1}));
   EXPECT_EQ(to_vector(c.beams[0]), (std::vector<int64_t>{0, 0, 1, 0}));
-  EXPECT_NEAR(c.scores[0][0].item<float>(), -1 + std::log(0.4), 1e-6);
-  EXPECT_NEAR(c.scores[0][2].item<float>(), -2 + std::log(0.7), 1e-6);
+  at::Tensor scores = c.scores.to(torch::kCPU);
+  EXPECT_NEAR(scores[0][0].item<float>(), -1 + std::log(0.4), tolerance());
+  EXPECT_NEAR(scores[0][2].item<float>(), -2 + std::log(0.7), tolerance());
   // Step 0 expands hypothesis 0 only: never beam 1.
   Candidates first = beam_search_step(0, lprobs, {});
   EXPECT_EQ(to_vector(first.beams[0]), (std::vector<int64_t>{0, 0, 0}));  // min(4, 4 - 1) candidates
@@ -130,7 +174,8 @@ TEST(BeamSearchStep, TopTwoBeamOverBeamTimesVocabOfCumulativeScores) {
 }
 
 // The float32 CPU step (one pass, no sum tensor) against torch's sum and topk on the same values:
-// random log-probabilities, then rows mostly -inf (fewer finite candidates than 2K).
+// random log-probabilities, then rows mostly -inf (fewer finite candidates than 2K). CPU only: on
+// CUDA beam_search_step is that sum and topk.
 TEST(BeamSearchStep, OnePassEqualsSumAndTopk) {
   torch::manual_seed(5);
   const int64_t bsz = 3, beam = 4, vocab = 1000;
@@ -164,7 +209,7 @@ TEST(BeamSearchStep, OnePassEqualsSumAndTopk) {
   EXPECT_TRUE(torch::equal(c.scores.narrow(1, 1, 2 * beam - 1), top.narrow(1, 1, 2 * beam - 1)));
 }
 
-TEST(SequenceGenerator, FinishedHypothesisLeavesTheBeamAndLongerOneWinsAfterNormalization) {
+TEST_P(SequenceGeneration, FinishedHypothesisLeavesTheBeamAndLongerOneWinsAfterNormalization) {
   GeneratorOptions o;
   o.beam = 2;
   auto hypos = run({kScript0}, o);
@@ -176,7 +221,7 @@ TEST(SequenceGenerator, FinishedHypothesisLeavesTheBeamAndLongerOneWinsAfterNorm
   expect_hypothesis(hypos[0][1], {kB, kEos}, std::log(0.32) / 2, {std::log(0.4), std::log(0.8)});
 }
 
-TEST(SequenceGenerator, LengthPenaltyDividesByLengthToThePower) {
+TEST_P(SequenceGeneration, LengthPenaltyDividesByLengthToThePower) {
   GeneratorOptions o;
   o.beam = 2;
   o.lenpen = 2.0;
@@ -185,10 +230,10 @@ TEST(SequenceGenerator, LengthPenaltyDividesByLengthToThePower) {
   expect_hypothesis(hypos[0][1], {kB, kEos}, std::log(0.32) / 4, {std::log(0.4), std::log(0.8)});
   o.normalize_scores = false;
   hypos = run({kScript0}, o);
-  EXPECT_NEAR(hypos[0][0].score, std::log(0.36), 1e-6);
+  EXPECT_NEAR(hypos[0][0].score, std::log(0.36), tolerance());
 }
 
-TEST(SequenceGenerator, MinLenMasksEndOfSentence) {
+TEST_P(SequenceGeneration, MinLenMasksEndOfSentence) {
   GeneratorOptions o;
   o.beam = 2;
   o.min_len = 2;
@@ -198,7 +243,7 @@ TEST(SequenceGenerator, MinLenMasksEndOfSentence) {
   expect_hypothesis(hypos[0][1], {kB, kA, kEos}, std::log(0.08) / 3, {std::log(0.4), std::log(0.2), 0.0});
 }
 
-TEST(SequenceGenerator, MaxLenForcesEndOfSentence) {
+TEST_P(SequenceGeneration, MaxLenForcesEndOfSentence) {
   GeneratorOptions o;
   o.beam = 2;
   o.max_len_a = 0;
@@ -208,7 +253,7 @@ TEST(SequenceGenerator, MaxLenForcesEndOfSentence) {
   expect_hypothesis(hypos[0][1], {kA, kEos}, std::log(0.24) / 2, {std::log(0.6), std::log(0.4)});
 }
 
-TEST(SequenceGenerator, SentencesFinishingEarlyLeaveTheBatch) {
+TEST_P(SequenceGeneration, SentencesFinishingEarlyLeaveTheBatch) {
   // Sentence 0 ends at step 1 (both hypotheses), sentence 1 runs to step 2: its rows move up, and
   // the cache check in the model fails if they are not reordered with it.
   const Script short_one = {{{}, {{kUnk, 0.5}, {kC, 0.45}, {kEos, 0.05}}}};
@@ -228,7 +273,7 @@ TEST(SequenceGenerator, SentencesFinishingEarlyLeaveTheBatch) {
   expect_hypothesis(hypos[0][1], {kUnk, kEos}, (std::log(0.5) - 1) / 2, {std::log(0.5) - 1, 0.0});
 }
 
-TEST(SequenceGenerator, NoRepeatNgramBlocksRepeatedBigrams) {
+TEST_P(SequenceGeneration, NoRepeatNgramBlocksRepeatedBigrams) {
   const Script repeat = {
       {{}, {{kA, 0.9}, {kEos, 0.1}}},
       {{kA}, {{kA, 0.9}, {kEos, 0.1}}},
@@ -248,7 +293,7 @@ TEST(SequenceGenerator, NoRepeatNgramBlocksRepeatedBigrams) {
   expect_hypothesis(hypos[0][0], {kA, kA, kEos}, std::log(0.081) / 3, {std::log(0.9), std::log(0.9), std::log(0.1)});
 }
 
-TEST(SequenceGenerator, PrefixTokensForceTheFirstWords) {
+TEST_P(SequenceGeneration, PrefixTokensForceTheFirstWords) {
   GeneratorOptions o;
   o.beam = 2;
   auto hypos = run({kScript0}, o, torch::tensor({{kB}}, torch::kInt64));
@@ -257,7 +302,7 @@ TEST(SequenceGenerator, PrefixTokensForceTheFirstWords) {
   expect_hypothesis(hypos[0][1], {kB, kA, kEos}, std::log(0.08) / 3, {std::log(0.4), std::log(0.2), 0.0});
 }
 
-TEST(SequenceGenerator, SamplingFromTheTopWordIsGreedy) {
+TEST_P(SequenceGeneration, SamplingFromTheTopWordIsGreedy) {
   GeneratorOptions o;
   o.beam = 2;
   o.sampling = true;
@@ -280,24 +325,26 @@ TEST(SequenceGenerator, RejectsSamplingOptionsWithoutSampling) {
   EXPECT_THROW(SequenceGenerator(o, {1, kEos, kUnk, kVocab}), UserError);
 }
 
-TEST(DiverseBeamSearchStep, PenalizesEachGroupByTheWordsOfTheGroupsBefore) {
+TEST_P(DiverseBeamSearchStep, PenalizesEachGroupByTheWordsOfTheGroupsBefore) {
   // One sentence, beam 4 in 2 groups (hypotheses 0, 2 and 1, 3), 5 words, strength 0.5, step 1.
   at::Tensor lprobs = torch::tensor({{{-5.0f, -1.0f, -2.0f, -3.0f, -4.0f},
                                       {-5.0f, -1.0f, -2.0f, -3.0f, -2.2f},
                                       {-5.0f, -3.0f, -1.0f, -2.0f, -4.0f},
-                                      {-5.0f, -3.0f, -1.0f, -2.0f, -4.0f}}});
-  at::Tensor cumulative = torch::tensor({{0.0f, -0.25f, -0.5f, -0.8f}});
+                                      {-5.0f, -3.0f, -1.0f, -2.0f, -4.0f}}})
+                          .to(device());
+  at::Tensor cumulative = torch::tensor({{0.0f, -0.25f, -0.5f, -0.8f}}).to(device());
   Candidates c = diverse_beam_search_step(1, lprobs, cumulative, 2, 0.5);
   // Group 0, unpenalized: h0 w1 -1, h2 w2 -1.5, h0 w2 -2, h2 w3 -2.5. Its words count w1 once, w2
   // twice, w3 once: group 1 loses 0.5, 1 and 0.5 on them, so h1 w4 (-2.45) passes h1 w2 (-3.25):
   // h1 w1 -1.75, h1 w4 -2.45, h3 w2 -2.8, h1 w2 -3.25 (unpenalized: -1.25, -1.8, -2.25, -2.45).
-  // Candidate i of group g is column 2i + g.
+  // Candidate i of group g is column 2i + g. No two of a group's top 4 are equal.
   EXPECT_EQ(to_vector(c.tokens[0]), (std::vector<int64_t>{1, 1, 2, 4, 2, 2, 3, 2}));
   EXPECT_EQ(to_vector(c.beams[0]), (std::vector<int64_t>{0, 1, 2, 1, 0, 3, 2, 1}));
   const std::vector<float> scores = {-1.0f, -1.75f, -1.5f, -2.45f, -2.0f, -2.8f, -2.5f, -3.25f};
-  for (int64_t i = 0; i < 8; ++i) EXPECT_NEAR(c.scores[0][i].item<float>(), scores[i], 1e-6) << i;
+  at::Tensor got = c.scores.to(torch::kCPU);
+  for (int64_t i = 0; i < 8; ++i) EXPECT_NEAR(got[0][i].item<float>(), scores[i], tolerance()) << i;
 
-  // One group is beam search.
+  // One group is beam search: the same kernels on the same device, so equal bit for bit.
   for (int64_t step : {0, 1}) {
     Candidates one = diverse_beam_search_step(step, lprobs, cumulative, 1, 0.5);
     Candidates beam = beam_search_step(step, lprobs, cumulative);
@@ -314,7 +361,7 @@ const Script kScript4 = {
     {{kB}, {{kEos, 0.6}, {kA, 0.3}, {kC, 0.1}}},
 };
 
-TEST(SequenceGenerator, DiverseBeamSearchWithTwoGroups) {
+TEST_P(SequenceGeneration, DiverseBeamSearchWithTwoGroups) {
   GeneratorOptions o;
   o.beam = 4;
   o.diverse_beam_groups = 2;  // strength 0.5
@@ -341,7 +388,7 @@ TEST(SequenceGenerator, DiverseBeamSearchWithTwoGroups) {
   expect_hypothesis(hypos[0][3], {kB, kEos}, std::log(0.18) / 2, {std::log(0.3), std::log(0.6)});
 }
 
-TEST(SequenceGenerator, DiverseBeamSearchWithOneGroupIsBeamSearch) {
+TEST_P(SequenceGeneration, DiverseBeamSearchWithOneGroupIsBeamSearch) {
   const Script short_one = {{{}, {{kUnk, 0.5}, {kC, 0.45}, {kEos, 0.05}}}};
   const std::vector<std::pair<std::vector<Script>, int64_t>> cases = {
       {{kScript0, short_one}, 1}, {{kScript0, short_one}, 2}, {{kScript4}, 4}};
@@ -382,7 +429,7 @@ TEST(SequenceGenerator, DiverseBeamSearchRefusesGroupsThatDoNotDivideTheBeamAndS
 
 // Sentence "2 tokens" and sentence "3 tokens" in one batch: the longest output is 3 words, and
 // each sentence's outputs have its source's length, </s> being impossible before it.
-TEST(SequenceGenerator, MatchSourceLenGivesOutputsOfTheSourcesLength) {
+TEST_P(SequenceGeneration, MatchSourceLenGivesOutputsOfTheSourcesLength) {
   const Script two = {
       {{}, {{kEos, 0.5}, {kA, 0.3}, {kB, 0.2}}},
       {{kA}, {{kEos, 0.6}, {kA, 0.3}, {kB, 0.1}}},
@@ -426,7 +473,6 @@ TEST(SequenceGenerator, MatchSourceLenGivesOutputsOfTheSourcesLength) {
   EXPECT_THROW(run({two, three}, o, {}, {2, 3}), UserError);
 }
 
-
 using Alignment = std::vector<std::pair<int64_t, int64_t>>;
 
 // The peak column of each row of a hypothesis' attention (T, S).
@@ -442,7 +488,7 @@ const Script kSwap = {
 };
 const std::map<Prefix, int64_t> kSwapPeaks = {{{}, 2}, {{kA}, 0}, {{kB}, 1}, {{kB, kC}, 2}, {{kA, kA}, 1}};
 
-TEST(SequenceGenerator, AttentionAndAlignmentFollowTheBeamReorderings) {
+TEST_P(SequenceGeneration, AttentionAndAlignmentFollowTheBeamReorderings) {
   GeneratorOptions o;
   o.beam = 2;
   o.need_attn = true;
@@ -451,7 +497,8 @@ TEST(SequenceGenerator, AttentionAndAlignmentFollowTheBeamReorderings) {
   const Script short_one = {{{}, {{kUnk, 0.5}, {kC, 0.45}, {kEos, 0.05}}}};
   ScriptedModel model({short_one, kSwap}, kSwapPeaks);
   SequenceGenerator generator(o, {1, kEos, kUnk, kVocab});
-  auto hypos = generator.generate(model, torch::full({2, 3}, kA, torch::kInt64), torch::tensor({3, 3}));
+  auto hypos = generator.generate(model, torch::full({2, 3}, kA, torch::kInt64).to(device()),
+                                  torch::tensor({3, 3}).to(device()));
   ASSERT_EQ(hypos.size(), 2u);
   ASSERT_EQ(hypos[1].size(), 2u);
   // b (prefix "": 2), c (prefix b: 1), </s> (prefix b c: 2); a (2), </s> (prefix a: 0).
@@ -461,7 +508,8 @@ TEST(SequenceGenerator, AttentionAndAlignmentFollowTheBeamReorderings) {
   expect_hypothesis(hypos[1][1], {kA, kEos}, std::log(0.24) / 2, {std::log(0.6), std::log(0.4)});
   EXPECT_EQ(peaks(hypos[1][1].attention), (std::vector<int64_t>{2, 0}));
   EXPECT_EQ(hypos[1][1].alignment, (Alignment{{2, 0}}));
-  // The step-0 attention is the one row of the sentence, expanded to its beam.
+  // The step-0 attention is the one row of the sentence, expanded to its beam (copied, not
+  // computed: exact on every device).
   for (const auto& h : hypos[0]) {
     EXPECT_EQ(peaks(h.attention), (std::vector<int64_t>{2, 0})) << h.tokens[0];
     EXPECT_EQ(h.alignment, (Alignment{{2, 0}}));
@@ -472,8 +520,9 @@ TEST(SequenceGenerator, AttentionAndAlignmentFollowTheBeamReorderings) {
   // Without need_attn: the same hypotheses, and no attention.
   o.need_attn = false;
   ScriptedModel plain({short_one, kSwap}, kSwapPeaks);
-  auto without = SequenceGenerator(o, {1, kEos, kUnk, kVocab})
-                     .generate(plain, torch::full({2, 3}, kA, torch::kInt64), torch::tensor({3, 3}));
+  auto without =
+      SequenceGenerator(o, {1, kEos, kUnk, kVocab})
+          .generate(plain, torch::full({2, 3}, kA, torch::kInt64).to(device()), torch::tensor({3, 3}).to(device()));
   for (size_t s = 0; s < 2; ++s) {
     for (size_t h = 0; h < 2; ++h) {
       EXPECT_EQ(without[s][h].tokens, hypos[s][h].tokens);
@@ -484,6 +533,7 @@ TEST(SequenceGenerator, AttentionAndAlignmentFollowTheBeamReorderings) {
   }
 }
 
+// Device-free: the generator hands hard_alignment each hypothesis' attention on the CPU.
 TEST(HardAlignment, SkipsPaddingAndEndOfSentenceOnBothSides) {
   // Source "<pad> <pad> x y </s>" (left-padded): words x = 0, y = 1. Target "p q </s>".
   const std::vector<int64_t> source = {1, 1, 7, 8, kEos};
@@ -498,6 +548,12 @@ TEST(HardAlignment, SkipsPaddingAndEndOfSentenceOnBothSides) {
   // A source of </s> alone aligns nothing, as fairseq.
   EXPECT_TRUE(hard_alignment(torch::ones({3, 1}), {kEos}, target, 1, kEos).empty());
 }
+
+INSTANTIATE_TEST_SUITE_P(Devices, BeamSearchStep, ::testing::ValuesIn(testing::test_devices()), testing::device_name);
+INSTANTIATE_TEST_SUITE_P(Devices, DiverseBeamSearchStep, ::testing::ValuesIn(testing::test_devices()),
+                         testing::device_name);
+INSTANTIATE_TEST_SUITE_P(Devices, SequenceGeneration, ::testing::ValuesIn(testing::test_devices()),
+                         testing::device_name);
 
 }  // namespace
 }  // namespace fairseq_cpp::generation

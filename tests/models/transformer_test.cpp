@@ -1,5 +1,6 @@
 // The Transformer against fairseq: parameter names and counts, presets, positions, and
-// incremental decoding against full decoding.
+// incremental decoding against full decoding. Tests that compute run on each device (CPU always,
+// CUDA where present); those that only build models or read options stay device-free.
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -10,6 +11,7 @@
 #include "fairseq_cpp/core/errors.h"
 #include "fairseq_cpp/models/transformer.h"
 #include "fairseq_cpp/nn/positional_embedding.h"
+#include "tests/support/devices.h"
 
 namespace fairseq_cpp::models {
 namespace {
@@ -176,19 +178,22 @@ TEST(Positions, SinusoidalTableIsFairseqs) {
   EXPECT_EQ(nn::sinusoidal_table(3, 5, 1).select(1, 4).abs().sum().item<double>(), 0.0);
 }
 
-TEST(Positions, MakePositionsSkipsPaddingOnEitherSide) {
+class Positions : public ::testing::TestWithParam<std::string> {
+ protected:
+  torch::Device device() const { return torch::Device(GetParam()); }
+};
+
+TEST_P(Positions, MakePositionsSkipsPaddingOnEitherSide) {
   at::Tensor tokens = torch::tensor({1, 1, 7, 8, 2, 5, 6, 7, 8, 2, 5, 2, 1, 1, 1}).view({3, 5});
   at::Tensor expected = torch::tensor({1, 1, 2, 3, 4, 2, 3, 4, 5, 6, 2, 3, 1, 1, 1}).view({3, 5});
-  EXPECT_TRUE(torch::equal(nn::make_positions(tokens, 1), expected));
+  at::Tensor got = nn::make_positions(tokens.to(device()), 1);
+  EXPECT_EQ(got.device(), device());
+  EXPECT_TRUE(torch::equal(got.to(torch::kCPU), expected));
 }
+
+INSTANTIATE_TEST_SUITE_P(Devices, Positions, ::testing::ValuesIn(testing::test_devices()), testing::device_name);
 
 // Variants x devices: CPU always, CUDA where LibTorch sees one.
-std::vector<std::string> devices() {
-  std::vector<std::string> out{"cpu"};
-  if (torch::cuda::is_available()) out.push_back("cuda");
-  return out;
-}
-
 class Decoding : public ::testing::TestWithParam<std::tuple<std::string, std::string>> {
  protected:
   std::string variant() const { return std::get<0>(GetParam()); }
@@ -252,23 +257,35 @@ TEST_P(Decoding, ReorderedCacheEqualsDecodingTheReorderedBatch) {
   }
 }
 
+// Test names end in variant_device: .../postnorm_cpu, .../learned_cuda.
 INSTANTIATE_TEST_SUITE_P(Variants, Decoding,
                          ::testing::Combine(::testing::Values("postnorm", "prenorm", "learned"),
-                                            ::testing::ValuesIn(devices())));
+                                            ::testing::ValuesIn(testing::test_devices())),
+                         [](const ::testing::TestParamInfo<Decoding::ParamType>& info) {
+                           return std::get<0>(info.param) + "_" + std::get<1>(info.param);
+                         });
 
-TEST(Transformer, PaddingDoesNotChangeOtherSentencesOutputs) {
+// The model's forward pass (padding, dropout, backward) on each device.
+class Transformer : public ::testing::TestWithParam<std::string> {
+ protected:
+  torch::Device device() const { return torch::Device(GetParam()); }
+  double tolerance() const { return device().is_cuda() ? 1e-4 : 1e-5; }
+};
+
+TEST_P(Transformer, PaddingDoesNotChangeOtherSentencesOutputs) {
   torch::NoGradGuard no_grad;
-  Fixture f("postnorm");
+  Fixture f("postnorm", device());
   // Sentence 0 alone without its padding vs inside the padded batch.
   at::Tensor alone = f.src.narrow(0, 0, 1).narrow(1, 2, 3);
   at::Tensor prev = f.prev.narrow(0, 0, 1);
-  at::Tensor a = f.model->forward(alone, torch::tensor({3}), prev);
-  at::Tensor b = f.model->forward(f.src, f.lengths, f.prev).narrow(0, 0, 1);
-  EXPECT_LT((a - b).abs().max().item<double>(), 1e-5);
+  at::Tensor a = f.model->forward(alone, torch::tensor({3}).to(device()), prev).to(torch::kCPU);
+  at::Tensor b = f.model->forward(f.src, f.lengths, f.prev).narrow(0, 0, 1).to(torch::kCPU);
+  EXPECT_LT((a - b).abs().max().item<double>(), tolerance());
 }
 
-TEST(Transformer, TrainModeAppliesDropoutEvalModeDoesNot) {
-  Fixture f("postnorm");
+TEST_P(Transformer, TrainModeAppliesDropoutEvalModeDoesNot) {
+  Fixture f("postnorm", device());
+  // Eval mode is deterministic on each device: two passes of the same kernels agree bit for bit.
   at::Tensor e1 = f.model->forward(f.src, f.lengths, f.prev);
   at::Tensor e2 = f.model->forward(f.src, f.lengths, f.prev);
   EXPECT_TRUE(torch::equal(e1, e2));
@@ -278,8 +295,11 @@ TEST(Transformer, TrainModeAppliesDropoutEvalModeDoesNot) {
   t1.sum().backward();
   auto params = f.model->named_parameters(true);
   EXPECT_TRUE(params["decoder.layers.1.encoder_attn.k_proj.weight"].grad().defined());
+  EXPECT_EQ(params["encoder.layers.0.fc1.weight"].grad().device(), device());
   EXPECT_GT(params["encoder.layers.0.fc1.weight"].grad().abs().sum().item<double>(), 0.0);
 }
+
+INSTANTIATE_TEST_SUITE_P(Devices, Transformer, ::testing::ValuesIn(testing::test_devices()), testing::device_name);
 
 }  // namespace
 }  // namespace fairseq_cpp::models

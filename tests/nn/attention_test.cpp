@@ -1,4 +1,5 @@
-// The attention function and module against hand computations.
+// The attention function and module against hand computations, on each device (tests that
+// exercise the CPU kernel itself, cpu_attention, stay CPU-only).
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -7,34 +8,45 @@
 #include <torch/torch.h>
 
 #include "fairseq_cpp/nn/attention.h"
+#include "tests/support/devices.h"
 
 namespace fairseq_cpp::nn {
 namespace {
 
-TEST(Attention, ReferencePathMatchesAHandComputation) {
+// Inputs are drawn on the CPU (the same numbers on every device), then moved; results come back
+// to the CPU for the comparisons.
+class Attention : public ::testing::TestWithParam<std::string> {
+ protected:
+  torch::Device device() const { return torch::Device(GetParam()); }
+  // CPU float32 meets the first; CUDA float32 (other kernels, other summation orders) the second.
+  double tolerance(double cpu) const { return device().is_cuda() ? 10 * cpu : cpu; }
+};
+
+TEST_P(Attention, ReferencePathMatchesAHandComputation) {
   // One head, D = 2: q = [1, 0], keys [1, 0] and [0, 1]: scores [1, 0] / sqrt(2).
-  at::Tensor q = torch::tensor({1.f, 0.f}).view({1, 1, 1, 2});
-  at::Tensor k = torch::tensor({1.f, 0.f, 0.f, 1.f}).view({1, 1, 2, 2});
-  at::Tensor v = torch::tensor({1.f, 2.f, 3.f, 4.f}).view({1, 1, 2, 2});
+  at::Tensor q = torch::tensor({1.f, 0.f}).view({1, 1, 1, 2}).to(device());
+  at::Tensor k = torch::tensor({1.f, 0.f, 0.f, 1.f}).view({1, 1, 2, 2}).to(device());
+  at::Tensor v = torch::tensor({1.f, 2.f, 3.f, 4.f}).view({1, 1, 2, 2}).to(device());
   const double a = std::exp(1 / std::sqrt(2.0)) / (std::exp(1 / std::sqrt(2.0)) + 1);
-  at::Tensor out = attention_reference(q, k, v, at::Tensor(), 0.0, false);
-  EXPECT_NEAR(out[0][0][0][0].item<double>(), a * 1 + (1 - a) * 3, 1e-6);
-  EXPECT_NEAR(out[0][0][0][1].item<double>(), a * 2 + (1 - a) * 4, 1e-6);
+  at::Tensor out = attention_reference(q, k, v, at::Tensor(), 0.0, false).to(torch::kCPU);
+  EXPECT_NEAR(out[0][0][0][0].item<double>(), a * 1 + (1 - a) * 3, tolerance(1e-6));
+  EXPECT_NEAR(out[0][0][0][1].item<double>(), a * 2 + (1 - a) * 4, tolerance(1e-6));
   // Masking the second key leaves the first value.
-  at::Tensor mask = torch::tensor({false, true}).view({1, 1, 1, 2});
-  out = attention(q, k, v, mask, 0.0, false);
-  EXPECT_NEAR(out[0][0][0][0].item<double>(), 1.0, 1e-6);
-  EXPECT_NEAR(out[0][0][0][1].item<double>(), 2.0, 1e-6);
+  at::Tensor mask = torch::tensor({false, true}).view({1, 1, 1, 2}).to(device());
+  out = attention(q, k, v, mask, 0.0, false).to(torch::kCPU);
+  EXPECT_NEAR(out[0][0][0][0].item<double>(), 1.0, tolerance(1e-6));
+  EXPECT_NEAR(out[0][0][0][1].item<double>(), 2.0, tolerance(1e-6));
 }
 
-TEST(Attention, DispatchedPathEqualsReferencePath) {
+TEST_P(Attention, DispatchedPathEqualsReferencePath) {
   torch::manual_seed(0);
   at::Tensor q = torch::randn({2, 3, 5, 4}), k = torch::randn({2, 3, 6, 4}), v = torch::randn({2, 3, 6, 4});
   at::Tensor mask = torch::rand({2, 1, 5, 6}) > 0.6;
   mask.select(3, 0).fill_(false);  // every query keeps one key
-  at::Tensor a = attention(q, k, v, mask, 0.0, false);
-  at::Tensor b = attention_reference(q, k, v, mask, 0.0, false);
-  EXPECT_LT((a - b).abs().max().item<double>(), 1e-5);
+  q = q.to(device()), k = k.to(device()), v = v.to(device()), mask = mask.to(device());
+  at::Tensor a = attention(q, k, v, mask, 0.0, false).to(torch::kCPU);
+  at::Tensor b = attention_reference(q, k, v, mask, 0.0, false).to(torch::kCPU);
+  EXPECT_LT((a - b).abs().max().item<double>(), tolerance(1e-5));
 }
 
 // The per-head BLAS path against autograd through the matmul-softmax-matmul path: outputs and the
@@ -95,31 +107,41 @@ TEST(Attention, CpuPathWithKeyRowsEqualsIndexSelectedKeys) {
 
 // The cache's lazy reordering: two reorderings, then an append, equal index_select twice and cat,
 // also when rows are duplicated and dropped (beam search) and for the static (materialized) path.
-TEST(AttentionCache, LazyReorderThenAppendEqualsIndexSelectAndCat) {
+// The CPU takes the one-copy gather_append, CUDA the materialize-and-cat path; both are exact copies.
+class AttentionCaches : public ::testing::TestWithParam<std::string> {
+ protected:
+  torch::Device device() const { return torch::Device(GetParam()); }
+};
+
+TEST_P(AttentionCaches, LazyReorderThenAppendEqualsIndexSelectAndCat) {
   torch::manual_seed(3);
   at::Tensor key = torch::randn({4, 2, 3, 5}), value = torch::randn({4, 2, 3, 5});
   at::Tensor step_k = torch::randn({3, 1, 2, 5}).transpose(1, 2), step_v = torch::randn({3, 1, 2, 5}).transpose(1, 2);
   at::Tensor first = torch::tensor({3, 3, 0, 1}, torch::kLong), second = torch::tensor({2, 0, 1}, torch::kLong);
-  AttentionCache cache{key, value, at::Tensor()};
-  cache.reorder(first);
-  cache.reorder(second);
-  cache.append(step_k, step_v);
+  // The expectations on the CPU, the cache on the device.
+  AttentionCache cache{key.to(device()), value.to(device()), at::Tensor()};
+  cache.reorder(first.to(device()));
+  cache.reorder(second.to(device()));
+  cache.append(step_k.to(device()), step_v.to(device()));
   at::Tensor want_k = torch::cat({key.index_select(0, first).index_select(0, second), step_k}, 2);
   at::Tensor want_v = torch::cat({value.index_select(0, first).index_select(0, second), step_v}, 2);
-  EXPECT_TRUE(torch::equal(cache.key, want_k));
-  EXPECT_TRUE(torch::equal(cache.value, want_v));
+  EXPECT_EQ(cache.key.device(), device());
+  EXPECT_TRUE(torch::equal(cache.key.to(torch::kCPU), want_k));
+  EXPECT_TRUE(torch::equal(cache.value.to(torch::kCPU), want_v));
   EXPECT_FALSE(cache.pending_rows.defined());
 
-  AttentionCache fixed{key, value, at::Tensor()};
-  fixed.reorder(first);
+  AttentionCache fixed{key.to(device()), value.to(device()), at::Tensor()};
+  fixed.reorder(first.to(device()));
   fixed.materialize();
-  EXPECT_TRUE(torch::equal(fixed.key, key.index_select(0, first)));
-  EXPECT_TRUE(torch::equal(fixed.value, value.index_select(0, first)));
+  EXPECT_TRUE(torch::equal(fixed.key.to(torch::kCPU), key.index_select(0, first)));
+  EXPECT_TRUE(torch::equal(fixed.value.to(torch::kCPU), value.index_select(0, first)));
 }
 
-TEST(Attention, CausalMaskForbidsTheFuture) {
-  at::Tensor m = causal_mask(3, torch::kCPU);
-  EXPECT_TRUE(torch::equal(m, torch::tensor({0, 1, 1, 0, 0, 1, 0, 0, 0}).view({3, 3}).to(torch::kBool)));
+TEST_P(Attention, CausalMaskForbidsTheFuture) {
+  at::Tensor m = causal_mask(3, device());
+  EXPECT_EQ(m.device(), device());
+  EXPECT_TRUE(
+      torch::equal(m.to(torch::kCPU), torch::tensor({0, 1, 1, 0, 0, 1, 0, 0, 0}).view({3, 3}).to(torch::kBool)));
 }
 
 TEST(Attention, ModuleHasFairseqsParameterNamesAndInitialisation) {
@@ -138,17 +160,22 @@ TEST(Attention, ModuleHasFairseqsParameterNamesAndInitialisation) {
   EXPECT_EQ(params["out_proj.bias"].abs().sum().item<double>(), 0.0);
 }
 
-TEST(Attention, PaddedKeysDoNotChangeTheResult) {
+TEST_P(Attention, PaddedKeysDoNotChangeTheResult) {
   torch::manual_seed(1);
   MultiheadAttention mha(MultiheadAttentionOptions{8, 2, 0.0});
   at::Tensor query = torch::randn({1, 3, 8});
   at::Tensor keys = torch::randn({1, 4, 8});
   at::Tensor padded = torch::cat({keys, torch::randn({1, 2, 8})}, 1);
   at::Tensor pad_mask = torch::tensor({false, false, false, false, true, true}).view({1, 6});
-  at::Tensor a = mha->forward(query, keys, at::Tensor(), at::Tensor());
-  at::Tensor b = mha->forward(query, padded, pad_mask, at::Tensor());
-  EXPECT_LT((a - b).abs().max().item<double>(), 1e-6);
+  mha->to(device());
+  query = query.to(device()), keys = keys.to(device()), padded = padded.to(device()), pad_mask = pad_mask.to(device());
+  at::Tensor a = mha->forward(query, keys, at::Tensor(), at::Tensor()).to(torch::kCPU);
+  at::Tensor b = mha->forward(query, padded, pad_mask, at::Tensor()).to(torch::kCPU);
+  EXPECT_LT((a - b).abs().max().item<double>(), tolerance(1e-6));
 }
+
+INSTANTIATE_TEST_SUITE_P(Devices, Attention, ::testing::ValuesIn(testing::test_devices()), testing::device_name);
+INSTANTIATE_TEST_SUITE_P(Devices, AttentionCaches, ::testing::ValuesIn(testing::test_devices()), testing::device_name);
 
 }  // namespace
 }  // namespace fairseq_cpp::nn

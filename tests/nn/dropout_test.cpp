@@ -1,5 +1,7 @@
 // nn::dropout: the drop rate, the exact scale, the gradient, reproducibility from the seed and
-// independence from the thread count, checked by counting.
+// independence from the thread count, checked by counting. The contract (rate, scale, gradient,
+// identity) on each device (off the CPU nn::dropout is torch's); the CPU kernel's own properties
+// (its seeding, thread independence, logical-order mask) on the CPU.
 #include "fairseq_cpp/nn/dropout.h"
 
 #include <gtest/gtest.h>
@@ -9,19 +11,28 @@
 #include <ATen/Parallel.h>
 #include <torch/torch.h>
 
+#include "tests/support/devices.h"
+
 namespace fairseq_cpp::nn {
 namespace {
 
-TEST(Dropout, DropsAboutPAndScalesTheRestByOneOverOneMinusP) {
+// Inputs drawn on the CPU and moved; the masks are drawn on the device.
+class Dropout : public ::testing::TestWithParam<std::string> {
+ protected:
+  torch::Device device() const { return torch::Device(GetParam()); }
+};
+
+TEST_P(Dropout, DropsAboutPAndScalesTheRestByOneOverOneMinusP) {
   torch::manual_seed(1);
   const int64_t n = 1 << 20;
   for (double p : {0.1, 0.3}) {
     at::Tensor x = torch::rand({n}) + 0.5;  // no zeros of its own
-    at::Tensor y = nn::dropout(x, p, true);
+    at::Tensor y = nn::dropout(x.to(device()), p, true).to(torch::kCPU);
     at::Tensor kept = y.ne(0);
     // n Bernoulli(1 - p) draws: the kept fraction is within 6 standard deviations of 1 - p.
     const double fraction = kept.to(torch::kDouble).mean().item<double>();
     EXPECT_NEAR(fraction, 1 - p, 6 * std::sqrt(p * (1 - p) / n)) << "p " << p;
+    // torch's CUDA kernel scales by float(1 / float(1 - p)): the same float as this one for these p.
     at::Tensor expected = x.masked_select(kept) * static_cast<float>(1 / (1 - p));
     EXPECT_TRUE(torch::equal(y.masked_select(kept), expected));
     // Neighbours are independent: both dropped with probability p^2.
@@ -31,14 +42,15 @@ TEST(Dropout, DropsAboutPAndScalesTheRestByOneOverOneMinusP) {
   }
 }
 
-TEST(Dropout, GradientIsTheSameMaskAndScale) {
+TEST_P(Dropout, GradientIsTheSameMaskAndScale) {
   torch::manual_seed(2);
-  at::Tensor x = torch::rand({64, 33}).add_(1).requires_grad_(true);
+  at::Tensor x = torch::rand({64, 33}).add_(1).to(device()).requires_grad_(true);
   at::Tensor y = nn::dropout(x, 0.25, true);
   (y * 3).sum().backward();
-  // dy/dx = keep / (1 - p), so grad = 3 * y / x.
-  EXPECT_TRUE(torch::allclose(x.grad(), 3 * y.detach() / x.detach(), 1e-6, 1e-6));
-  EXPECT_TRUE(torch::equal(x.grad().eq(0), y.detach().eq(0)));
+  // dy/dx = keep / (1 - p), so grad = 3 * y / x: the same elementwise float operations on each device.
+  at::Tensor grad = x.grad().to(torch::kCPU), out = y.detach().to(torch::kCPU), in = x.detach().to(torch::kCPU);
+  EXPECT_TRUE(torch::allclose(grad, 3 * out / in, 1e-6, 1e-6));
+  EXPECT_TRUE(torch::equal(grad.eq(0), out.eq(0)));
 }
 
 TEST(Dropout, ReproducibleFromTheSeedAndIndependentOfThreads) {
@@ -57,10 +69,15 @@ TEST(Dropout, ReproducibleFromTheSeedAndIndependentOfThreads) {
   EXPECT_FALSE(torch::equal(a, nn::dropout(x, 0.1, true)));
 }
 
-TEST(Dropout, IdentityWhenNotTrainingOrPIsZero) {
-  at::Tensor x = torch::rand({10, 10});
+TEST_P(Dropout, IdentityWhenNotTrainingOrPIsZero) {
+  at::Tensor x = torch::rand({10, 10}).to(device());
   EXPECT_TRUE(nn::dropout(x, 0.5, false).is_same(x));
   EXPECT_TRUE(nn::dropout(x, 0.0, true).is_same(x));
+}
+
+// The CPU kernel draws its mask in the input's logical order (torch's CUDA dropout draws in its own
+// order for strided inputs, so this holds on the CPU only).
+TEST(Dropout, NonContiguousInputGivesTheContiguousCopysMask) {
   // Non-contiguous input: same values as its contiguous copy under the same seed.
   at::Tensor t = torch::rand({40, 30}).t();
   torch::manual_seed(3);
@@ -68,6 +85,8 @@ TEST(Dropout, IdentityWhenNotTrainingOrPIsZero) {
   torch::manual_seed(3);
   EXPECT_TRUE(torch::equal(from_view, nn::dropout(t.contiguous(), 0.2, true)));
 }
+
+INSTANTIATE_TEST_SUITE_P(Devices, Dropout, ::testing::ValuesIn(testing::test_devices()), testing::device_name);
 
 }  // namespace
 }  // namespace fairseq_cpp::nn

@@ -1,5 +1,6 @@
 // The attention module (matmul-softmax-matmul on LibTorch 1.13, fused on 2.x) against PyTorch's
-// own multi_head_attention_forward run by Debian's python3-torch on the same inputs and weights.
+// own multi_head_attention_forward run by Debian's python3-torch on the same inputs and weights. The
+// module runs on each device; the reference on the CPU, on the same inputs and weights.
 #include <gtest/gtest.h>
 
 #include <fstream>
@@ -9,12 +10,20 @@
 
 #include "fairseq_cpp/checkpoint/checkpoint.h"
 #include "fairseq_cpp/nn/attention.h"
+#include "tests/support/devices.h"
 #include "tests/support/test_support.h"
 
 namespace fairseq_cpp::nn {
 namespace {
 
-TEST(AttentionReference, EqualsPytorchsMultiHeadAttentionForward) {
+class AttentionReference : public ::testing::TestWithParam<std::string> {
+ protected:
+  torch::Device device() const { return torch::Device(GetParam()); }
+  // The largest |ours - PyTorch's| allowed: CPU float32, and CUDA float32 (other kernels and orders).
+  double tolerance() const { return device().is_cuda() ? 1e-4 : 1e-5; }
+};
+
+TEST_P(AttentionReference, EqualsPytorchsMultiHeadAttentionForward) {
   torch::manual_seed(7);
   torch::NoGradGuard no_grad;
   auto cases = checkpoint::new_state_dict();
@@ -36,8 +45,14 @@ TEST(AttentionReference, EqualsPytorchsMultiHeadAttentionForward) {
       pad[0].narrow(0, c.src - 2, 2).fill_(true);  // right padding keeps key 0 for every query
     }
     at::Tensor mask = c.causal ? causal_mask(c.tgt, torch::kCPU) : torch::empty({0}, torch::kBool);
-    at::Tensor out = mha->forward(query, key, pad.numel() ? pad : at::Tensor(), mask.numel() ? mask : at::Tensor());
-    auto put = [&](const std::string& k, const at::Tensor& t) { cases.insert(c.name + "." + k, t.contiguous()); };
+    // Inputs and weights drawn on the CPU above; the forward pass on the device.
+    mha->to(device());
+    at::Tensor out = mha->forward(query.to(device()), key.to(device()), pad.numel() ? pad.to(device()) : at::Tensor(),
+                                  mask.numel() ? mask.to(device()) : at::Tensor())
+                         .to(torch::kCPU);
+    auto put = [&](const std::string& k, const at::Tensor& t) {
+      cases.insert(c.name + "." + k, t.to(torch::kCPU).contiguous());
+    };
     put("query", query);
     put("key", key);
     put("heads", torch::tensor({c.heads}));
@@ -56,11 +71,14 @@ TEST(AttentionReference, EqualsPytorchsMultiHeadAttentionForward) {
   double diff;
   int seen = 0;
   while (lines >> name >> diff) {
-    EXPECT_LT(diff, 1e-5) << name;
+    EXPECT_LT(diff, tolerance()) << name;
     ++seen;
   }
   EXPECT_EQ(seen, 3) << r.out;
 }
+
+INSTANTIATE_TEST_SUITE_P(Devices, AttentionReference, ::testing::ValuesIn(testing::test_devices()),
+                         testing::device_name);
 
 }  // namespace
 }  // namespace fairseq_cpp::nn

@@ -15,9 +15,14 @@
 //
 //   fsq_bench_train_step [--arch transformer|transformer_vaswani_wmt_en_de_big] [--vocab 32000]
 //       [--max-tokens 16384] [--len 64] [--bf16 1] [--iters 20] [--warmup 5] [--threads N]
-//       [--peak-tflops 989] [--cpu 1] [--gemm 0]
+//       [--peak-tflops 989] [--cpu 1] [--gemm 0] [--profile FILE] [--profile-steps 2]
 // `--arch multi30k` is the Multi30k preset's model (3+3 layers, d 256, 8,000 words). On the CPU it
 // also prints the GEMM-bound ceiling: a 2048^3 matrix product's FLOP rate on the same threads.
+// --profile FILE: after the timed updates, profiles --profile-steps more (LibTorch 2.x's Kineto
+// profiler; tools/bench/step_profile.h says how time is classified), prints one line
+//   profile: GEMM 41.0%, attention 9.3%, optimizer 2.1%, all-reduce 0.0%, other 30.2%, host gaps ...
+// (shares of the profiled steps' wall time: of CUDA kernel time on the GPU, of CPU op time on the
+// CPU; all-reduce is 0 here, one process) and writes the shares and the largest ops or kernels to FILE.
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
@@ -32,6 +37,7 @@
 #endif
 
 #include "fairseq_cpp/core/runtime.h"
+#include "fairseq_cpp/core/torch_compat.h"
 #include "fairseq_cpp/criterions/cross_entropy.h"
 #include "fairseq_cpp/distributed/gang.h"
 #include "fairseq_cpp/models/transformer.h"
@@ -39,6 +45,7 @@
 #include "fairseq_cpp/optim/optimizer.h"
 #include "fairseq_cpp/trainer/trainer.h"
 #include "tools/bench/multi30k_model.h"
+#include "tools/bench/step_profile.h"
 
 using namespace fairseq_cpp;
 
@@ -67,7 +74,6 @@ int64_t non_embedding_parameters(torch::nn::Module& model, const std::string& pr
 }  // namespace
 
 int main(int argc, char** argv) {
-  core::reexec_with_cpu_runtime_settings(argc, argv);  // as the programs run: no spinning thread pools
   const std::string arch = text_flag(argc, argv, "--arch", "transformer");
   const int64_t vocab = arch == "multi30k" ? 8000 : bench::flag(argc, argv, "--vocab", 32000);
   const int64_t max_tokens = bench::flag(argc, argv, "--max-tokens", 16384);
@@ -80,6 +86,18 @@ int main(int argc, char** argv) {
   if (const int64_t threads = bench::flag(argc, argv, "--threads", 0); threads > 0)
     at::set_num_threads(static_cast<int>(threads));
   const c10::Device device = cuda ? c10::Device(c10::kCUDA, 0) : c10::Device(c10::kCPU);
+  const std::string profile_path = text_flag(argc, argv, "--profile", "");
+  const int64_t profile_steps = bench::flag(argc, argv, "--profile-steps", 2);
+  if (!profile_path.empty() && !bench::kStepProfileSupported) {
+    std::fprintf(stderr, "fsq_bench_train_step: --profile needs LibTorch 2.x (the Kineto profiler); this is %s\n",
+                 compat::kTorchVersion);
+    return 2;
+  }
+  if (!profile_path.empty() && profile_steps <= 0) {
+    std::fprintf(stderr, "fsq_bench_train_step: --profile-steps must be greater than 0, but is %lld instead\n",
+                 static_cast<long long>(profile_steps));
+    return 2;
+  }
 
   torch::manual_seed(0);
   std::shared_ptr<models::TransformerModel> model;
@@ -145,8 +163,9 @@ int main(int argc, char** argv) {
   const double median_ms = ms[ms.size() / 2];
   double peak_gib = 0;
 #if FSQ_WITH_CUDA
-  if (cuda) peak_gib = static_cast<double>(c10::cuda::CUDACachingAllocator::getDeviceStats(0).allocated_bytes[0].peak) /
-                       (1 << 30);
+  if (cuda)
+    peak_gib =
+        static_cast<double>(c10::cuda::CUDACachingAllocator::getDeviceStats(0).allocated_bytes[0].peak) / (1 << 30);
 #endif
 
   // FLOPs of one update (see the header).
@@ -180,8 +199,41 @@ int main(int argc, char** argv) {
     std::sort(s.begin(), s.end());
     const double gemm_tflops = 2.0 * n * n * n / s[s.size() / 2] / 1e12;
     std::printf("GEMM %lldx%lldx%lld %s on %d threads: %.3f TFLOP/s; this update ran at %.0f%% of it\n",
-                static_cast<long long>(n), static_cast<long long>(n), static_cast<long long>(n),
-                bf16 ? "bf16" : "fp32", at::get_num_threads(), gemm_tflops, 100 * tflops / gemm_tflops);
+                static_cast<long long>(n), static_cast<long long>(n), static_cast<long long>(n), bf16 ? "bf16" : "fp32",
+                at::get_num_threads(), gemm_tflops, 100 * tflops / gemm_tflops);
   }
+#if FSQ_TORCH_AT_LEAST(2, 0)
+  if (!profile_path.empty()) {
+    bench::StepProfileOptions po;
+    po.cuda = cuda;
+    po.flat_numel = models::count_parameters(*model);  // the optimizer's flat buffers: one element per parameter
+    const bench::StepProfile profile = bench::profile_steps(
+        [&] {
+          trainer.train_step({b});
+          sync();
+        },
+        static_cast<int>(profile_steps), po);
+    if (profile.steps != profile_steps || profile.activities == 0) {
+      std::fprintf(stderr, "fsq_bench_train_step: the profiler recorded %d of %lld steps, with %lld %s in them%s\n",
+                   profile.steps, static_cast<long long>(profile_steps), static_cast<long long>(profile.activities),
+                   cuda ? "kernels" : "ops", cuda ? " (CUPTI missing?)" : "");
+      return 1;
+    }
+    std::FILE* f = std::fopen(profile_path.c_str(), "w");
+    if (f == nullptr) {
+      std::fprintf(stderr, "fsq_bench_train_step: cannot write %s\n", profile_path.c_str());
+      return 1;
+    }
+    std::fprintf(f, "# %s %s %s, %lld tokens/step: %lld profiled steps after %lld timed (median %.1f ms unprofiled)\n",
+                 arch.c_str(), bf16 ? "bf16" : "fp32", cuda ? "cuda" : "cpu", static_cast<long long>(batch * len),
+                 static_cast<long long>(profile_steps), static_cast<long long>(warmup + iters), median_ms);
+    std::fprintf(f, "# shares of the steps' wall time: %s\n",
+                 cuda ? "CUDA kernels, memcpys and memsets (overlaps split evenly); host gaps: nothing on the device"
+                      : "CPU ops' self time; host gaps: outside any op");
+    std::fprintf(f, "# rules: tools/bench/step_profile.h\n%s", bench::profile_table(profile).c_str());
+    std::fclose(f);
+    std::printf("profile: %s\n", bench::profile_summary(profile).c_str());
+  }
+#endif
   return 0;
 }

@@ -1,21 +1,24 @@
 #!/usr/bin/env bash
 # Everything the GPU machine has to do, in one call: build the wheel lane against that machine's
-# PyTorch, run the tests (label `gpu`, then the unit suites, which take the device where one is
-# present), the Multi30k parity runs (fp32 and bf16 on the device against fp32 on the CPU, 544
+# PyTorch, run the tests (label `gpu`, the unit suites, and every other test instance named .../cuda:
+# the device-parameterized suites, tests/support/devices.h, register one where CUDA is present),
+# the gradient all-reduce during backward against after it (tools/bench/overlap.sh, two Gloo
+# workers sharing the GPU), the Multi30k parity runs (fp32 and bf16 on the device against fp32 on the CPU, 544
 # updates), generation with the fairseq v0.9 fixture checkpoint against fairseq's own output, and
 # the throughput benchmark (transformer base and big, 32k vocabulary, bf16, ours and plain PyTorch
-# eager and torch.compile'd). Prints one table last; writes every log and `record.md` (the table,
-# with the commit, device, driver, PyTorch version and date: prepend it to
-# docs/benchmarks/gpu.md) into LOGDIR.
+# eager and torch.compile'd) with one profile of a step of the big model at 16,384 tokens (shares of
+# GEMM, attention, optimizer, all-reduce, other kernels and host gaps; the table in profile.txt).
+# Prints one table last; writes every log and `record.md` (the table, with the commit, device,
+# driver, PyTorch version and date: prepend it to docs/benchmarks/gpu.md) into LOGDIR.
 #
 # On a CPU machine it says that no GPU is present and runs the same steps, shortened by --quick.
 #
 #   tools/gpu/prepare.sh                                   # here, first: .gpu-deps/ and .gpu-shared
 #   device run: tools/gpu/run.sh $OUT                      # carry what prepare.sh prints
 #   tools/gpu/run.sh LOGDIR [--quick] [--shared DIR] [--steps LIST]
-#     DIR: shared/ (default: .gpu-shared, ../shared); LIST: some of build,tests,parity,generate,
-#     throughput (default all). A device call runs at most 10 minutes: on a fresh machine, call once
-#     with --steps build,tests and once with --steps parity,generate,throughput (the build folder
+#     DIR: shared/ (default: .gpu-shared, ../shared); LIST: some of build,tests,overlap,parity,
+#     generate,throughput (default all). A device call runs at most 10 minutes: on a fresh machine, call once
+#     with --steps build,tests,overlap and once with --steps parity,generate,throughput (the build folder
 #     stays on the warm machine between calls; the build step is needed by the others once).
 # Environment: PYTHON (default: python3 there, .venv/bin/python here), BUILD (default build-gpu; an
 # existing build folder is only rebuilt), JOBS.
@@ -26,7 +29,7 @@ logs=${1:?usage: tools/gpu/run.sh LOGDIR [--quick] [--shared DIR]}
 shift
 quick=0
 shared=
-steps=build,tests,parity,generate,throughput
+steps=build,tests,overlap,parity,generate,throughput
 while [ $# -gt 0 ]; do
   case $1 in
     --quick) quick=1 ;;
@@ -109,9 +112,27 @@ if ! want tests; then
 elif [ "$gpu" != none ]; then
   tests gpu -L gpu
   tests unit -L unit
+  # The CUDA instances of the device-parameterized suites: how many there are, and those outside
+  # the unit label (the unit run above ran the others).
+  cuda_all=$(cd "$build" && ctest -N -R '[/_]cuda$' | grep -c 'Test *#')
+  cuda_unit=$(cd "$build" && ctest -N -L unit -R '[/_]cuda$' | grep -c 'Test *#')
+  note "device-parameterized suites" "$cuda_all test instances on CUDA ($cuda_unit of them in the unit run)"
+  tests cuda-other -LE unit -R '[/_]cuda$'
 else
   note "tests (gpu)" "not run: no GPU here (fsq_gpu_tests fail without CUDA, by design)"
   tests unit -L unit
+fi
+
+# --- the gradient all-reduce during backward against after it (issue 18's overlap)
+if want overlap; then
+  if [ "$gpu" != none ]; then
+    PYTHON="$PYTHON" DATA="$fixture/data-bin" DEVICE=cuda tools/bench/overlap.sh "$build" 30 3 >"$logs/overlap.txt" 2>"$logs/overlap.log"
+  else
+    PYTHON="$PYTHON" DATA="$fixture/data-bin" tools/bench/overlap.sh "$build" 8 1 >"$logs/overlap.txt" 2>"$logs/overlap.log"
+  fi
+  hidden=$(sed -n 's/^hidden behind backward: //p' "$logs/overlap.txt")
+  note "all-reduce during backward, 2 Gloo workers$([ "$gpu" != none ] && echo ' sharing the GPU')" \
+    "${hidden:-failed (overlap.log)}${hidden:+; overlap.txt}"
 fi
 
 # --- Multi30k parity: fp32 and bf16 on the device, fp32 on the CPU, validation loss at the end
@@ -170,12 +191,17 @@ else
          "transformer_vaswani_wmt_en_de_big 32000 32768 64" "transformer_vaswani_wmt_en_de_big 32000 65536 64")
   iters=(20 5)
 fi
+# One size is also profiled after its timed steps (tools/bench/step_profile.h): its shares make a row.
+profiled=${sizes[$([ "$quick" = 1 ] && echo 0 || echo 1)]}
 echo "arch precision device tokens/step step_ms tokens/s peak_GiB TFLOP/s MFU" >"$logs/throughput.txt"
 want throughput || sizes=()
 for size in "${sizes[@]}"; do
   read -r arch vocab tokens len <<<"$size"
-  ours=$("$build/tools/bench/fsq_bench_train_step" --arch "$arch" --vocab "$vocab" --max-tokens "$tokens" --len "$len" \
-    --bf16 1 --iters "${iters[0]}" --warmup "${iters[1]}" 2>>"$logs/throughput.log")
+  profile=()
+  [ "$size" = "$profiled" ] && { profile=(--profile "$logs/profile.txt"); rm -f "$logs/profile.txt"; }
+  out=$("$build/tools/bench/fsq_bench_train_step" --arch "$arch" --vocab "$vocab" --max-tokens "$tokens" --len "$len" \
+    --bf16 1 --iters "${iters[0]}" --warmup "${iters[1]}" "${profile[@]}" 2>>"$logs/throughput.log")
+  ours=$(grep -v '^profile: ' <<<"$out")
   echo "$ours" >>"$logs/throughput.txt"
   cpu_flag=$([ "$gpu" = none ] && echo cpu)
   eager=$("$PYTHON" tools/bench/train_step_ref.py "$arch" "$vocab" "$tokens" "$len" bf16 "${iters[0]}" "${iters[1]}" \
@@ -190,6 +216,10 @@ for size in "${sizes[@]}"; do
   ratio=$(awk -v a="${our_tps:-0}" -v b="$best" 'BEGIN { if (b > 0) printf "%.2fx", a / b; else print "n/a" }')
   note "train step $arch bf16, $tokens tokens" \
     "ours ${our_tps:-failed} tok/s, ${our_gib:-?} GiB, MFU ${our_mfu:-?}; PyTorch eager ${eager_tps:-failed}, compile ${compiled_tps:--}; ours/best $ratio"
+  if [ ${#profile[@]} -gt 0 ]; then
+    shares=$(sed -n 's/^profile: //p' <<<"$out")
+    note "profile of a step ($arch bf16, $tokens tokens)" "${shares:-failed (throughput.log)}${shares:+; table: profile.txt}"
+  fi
 done
 
 # --- the table, and the record for docs/benchmarks/gpu.md

@@ -14,6 +14,7 @@
 #include "fairseq_cpp/distributed/topology.h"
 #include "tests/distributed/collective_suite.h"
 #include "tests/support/devices.h"
+#include "tests/support/gloo_ranks.h"
 
 namespace fairseq_cpp::distributed {
 namespace {
@@ -24,14 +25,10 @@ std::string joined(const std::vector<std::string>& lines) {
   return out;
 }
 
-// A test that runs on each device (`.../cpu`, `.../cuda`). "cuda" is cuda:0: a gang's tensors must
-// be on its device exactly, and a tensor made on "cuda" reports cuda:0.
+// A test that runs on each device (`.../cpu`, `.../cuda`: the CPU and cuda:0).
 class OnDevice : public ::testing::TestWithParam<std::string> {
  protected:
-  c10::Device device() const {
-    c10::Device d(GetParam());
-    return d.is_cuda() && !d.has_index() ? c10::Device(c10::kCUDA, 0) : d;
-  }
+  c10::Device device() const { return c10::Device(GetParam()); }
 };
 
 class FakeGangOnDevice : public OnDevice {};
@@ -68,18 +65,6 @@ TEST(FakeGang, BadArguments) {
   EXPECT_THROW(gang.broadcast(t, 5), UserError);
 }
 
-// Options of rank `r` of `n` Gloo ranks on `device` (Gloo carries CUDA tensors: `backend: gloo`).
-ProcessGroupOptions gloo_options(int port, int r, int n, double timeout, c10::Device device) {
-  ProcessGroupOptions o;
-  o.master_port = port;
-  o.rank = r;
-  o.world_size = n;
-  o.timeout_seconds = timeout;
-  o.device = device;
-  o.backend = "gloo";
-  return o;
-}
-
 // Runs the suite with `n` ranks as threads over one TCPStore, tensors on `device`; returns every failure.
 std::string run_threads(int n, c10::Device device) {
   int port = pick_free_port();
@@ -88,7 +73,7 @@ std::string run_threads(int n, c10::Device device) {
   for (int r = 0; r < n; ++r) {
     threads.emplace_back([&, r] {
       try {
-        auto gang = make_process_group_gang(gloo_options(port, r, n, 60, device));
+        auto gang = make_process_group_gang(testing::gloo_options(port, r, n, 60, device));
         EXPECT_EQ(gang->device(), device);
         EXPECT_EQ(gang->rank(), r);
         EXPECT_EQ(gang->size(), n);
@@ -117,7 +102,7 @@ TEST_P(GlooGang, ATimedOutCollectiveNamesItsScopes) {
   std::vector<std::thread> threads;
   for (int r = 0; r < 2; ++r) {
     threads.emplace_back([&, r] {
-      auto gang = distributed::make_process_group_gang(gloo_options(port, r, 2, 2, device()));
+      auto gang = distributed::make_process_group_gang(testing::gloo_options(port, r, 2, 2, device()));
       if (r == 1) {
         std::this_thread::sleep_for(std::chrono::seconds(4));  // never votes
         return;

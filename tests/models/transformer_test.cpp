@@ -262,7 +262,7 @@ INSTANTIATE_TEST_SUITE_P(Variants, Decoding,
                          ::testing::Combine(::testing::Values("postnorm", "prenorm", "learned"),
                                             ::testing::ValuesIn(testing::test_devices())),
                          [](const ::testing::TestParamInfo<Decoding::ParamType>& info) {
-                           return std::get<0>(info.param) + "_" + std::get<1>(info.param);
+                           return std::get<0>(info.param) + "_" + testing::device_suffix(std::get<1>(info.param));
                          });
 
 // The model's forward pass (padding, dropout, backward) on each device.

@@ -20,11 +20,7 @@ namespace {
 // LibTorch 1.13 has no float16 autocast, a kFloat16 scope leaves float32 arithmetic alone).
 class Autocast : public ::testing::TestWithParam<std::string> {
  protected:
-  // "cuda" is cuda:0, the device a tensor made on "cuda" reports.
-  torch::Device device() const {
-    torch::Device d(GetParam());
-    return d.is_cuda() && !d.has_index() ? torch::Device(torch::kCUDA, 0) : d;
-  }
+  torch::Device device() const { return torch::Device(GetParam()); }
   at::Tensor randn(at::IntArrayRef sizes) const { return torch::randn(sizes).to(device()); }
 };
 

@@ -17,11 +17,7 @@ namespace {
 // A test that runs on each device (`.../cpu`, `.../cuda`); inputs are made on the CPU and moved.
 class OnDevice : public ::testing::TestWithParam<std::string> {
  protected:
-  // "cuda" is cuda:0, the device a tensor made on "cuda" reports.
-  torch::Device device() const {
-    torch::Device d(GetParam());
-    return d.is_cuda() && !d.has_index() ? torch::Device(torch::kCUDA, 0) : d;
-  }
+  torch::Device device() const { return torch::Device(GetParam()); }
   // A one-element float32 leaf on the device.
   at::Tensor scalar_param(double value) const {
     return torch::tensor({static_cast<float>(value)}).to(device()).requires_grad_(true);

@@ -16,14 +16,18 @@
 
 namespace fairseq_cpp::testing {
 
-// "cpu", then "cuda" (device 0) where one is present.
+// "cpu", then "cuda:0" where a GPU is present: with its index, the device that tensors made on
+// "cuda" report (a gang checks its tensors' device exactly).
 inline std::vector<std::string> test_devices() {
   std::vector<std::string> out{"cpu"};
-  if (torch::cuda::is_available()) out.push_back("cuda");
+  if (torch::cuda::is_available()) out.push_back("cuda:0");
   return out;
 }
 
+// "cpu", "cuda": a device's name as a test name's part (gtest names take no ':').
+inline std::string device_suffix(const std::string& device) { return device.substr(0, device.find(':')); }
+
 // The test name's suffix: the device.
-inline std::string device_name(const ::testing::TestParamInfo<std::string>& info) { return info.param; }
+inline std::string device_name(const ::testing::TestParamInfo<std::string>& info) { return device_suffix(info.param); }
 
 }  // namespace fairseq_cpp::testing

@@ -20,6 +20,7 @@
 #include "fairseq_cpp/models/transformer.h"
 #include "fairseq_cpp/trainer/training_state.h"
 #include "tests/support/devices.h"
+#include "tests/support/gloo_ranks.h"
 
 namespace fairseq_cpp::trainer {
 namespace {
@@ -59,14 +60,10 @@ std::shared_ptr<models::TransformerModel> make_model(c10::Device device) {
   return model;
 }
 
-// A test that runs on each device (`.../cpu`, `.../cuda`). "cuda" is cuda:0: a gang's tensors must
-// be on its device exactly, and a tensor made on "cuda" reports cuda:0.
+// A test that runs on each device (`.../cpu`, `.../cuda`: the CPU and cuda:0).
 class OnDevice : public ::testing::TestWithParam<std::string> {
  protected:
-  c10::Device device() const {
-    c10::Device d(GetParam());
-    return d.is_cuda() && !d.has_index() ? c10::Device(c10::kCUDA, 0) : d;
-  }
+  c10::Device device() const { return c10::Device(GetParam()); }
   std::shared_ptr<models::TransformerModel> make_model() const { return trainer::make_model(device()); }
 };
 
@@ -124,19 +121,6 @@ double relative_update_difference(torch::nn::Module& a, torch::nn::Module& b, co
   return std::sqrt(diff / size);
 }
 
-// Options of rank `r` of `n` Gloo ranks (threads of this process) on `device`: Gloo carries CUDA
-// tensors too (`backend: gloo`), where NCCL would refuse two ranks on one device.
-distributed::ProcessGroupOptions gloo_options(int port, int r, int n, double timeout, c10::Device device) {
-  distributed::ProcessGroupOptions o;
-  o.master_port = port;
-  o.rank = r;
-  o.world_size = n;
-  o.timeout_seconds = timeout;
-  o.device = device;
-  o.backend = "gloo";
-  return o;
-}
-
 // Runs `steps` updates on `n` ranks as threads; rank r trains on the batches `per_rank[step][r]`.
 void train_on_threads(int n, const std::vector<std::vector<std::vector<data::Batch>>>& per_rank,
                       std::vector<std::shared_ptr<models::TransformerModel>>& models, c10::Device device,
@@ -146,7 +130,7 @@ void train_on_threads(int n, const std::vector<std::vector<std::vector<data::Bat
   for (int r = 0; r < n; ++r) {
     threads.emplace_back([&, r] {
       try {
-        auto gang = distributed::make_process_group_gang(gloo_options(port, r, n, 60, device));
+        auto gang = distributed::make_process_group_gang(testing::gloo_options(port, r, n, 60, device));
         auto trainer = make_trainer(models[r], *gang, check_interval);
         for (const auto& step : per_rank) trainer->train_step(step[r]);
       } catch (const std::exception& e) {
@@ -168,7 +152,7 @@ void on_ranks(int n, double timeout, c10::Device device, const std::function<voi
   for (int r = 0; r < n; ++r) {
     threads.emplace_back([&, r] {
       try {
-        auto gang = distributed::make_process_group_gang(gloo_options(port, r, n, timeout, device));
+        auto gang = distributed::make_process_group_gang(testing::gloo_options(port, r, n, timeout, device));
         body(r, *gang);
       } catch (const std::exception& e) {
         ADD_FAILURE() << "rank " << r << ": " << e.what();
@@ -335,7 +319,7 @@ TEST_P(Training, OutOfMemoryOnOneRankSkipsTheUpdateOnEveryRank) {
   std::vector<std::thread> threads;
   for (int r = 0; r < 2; ++r) {
     threads.emplace_back([&, r] {
-      auto gang = distributed::make_process_group_gang(gloo_options(port, r, 2, 60, device()));
+      auto gang = distributed::make_process_group_gang(testing::gloo_options(port, r, 2, 60, device()));
       auto trainer = make_trainer(workers[r], *gang);
       stats[r] = trainer->train_step({make_batch(3, 700 + r)});
       updates[r] = trainer->num_updates();

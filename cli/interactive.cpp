@@ -1,7 +1,9 @@
 // fairseq-cpp-interactive: see `fairseq-cpp-interactive --help`.
+#include "fairseq_cpp/core/runtime.h"
 #include "fairseq_cpp/tasks/programs.h"
 
 int main(int argc, char** argv) {
   using namespace fairseq_cpp::tasks;
+  fairseq_cpp::core::reexec_with_cpu_runtime_settings(argc, argv);
   return run_program(argc, argv, interactive_spec(), interactive_main);
 }

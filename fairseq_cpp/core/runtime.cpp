@@ -44,6 +44,14 @@ bool set_cpu_runtime_settings() {
   return changed;
 }
 
+void reexec_with_cpu_runtime_settings(int argc, char** argv) {
+  if (!set_cpu_runtime_settings()) return;
+  std::vector<char*> args(argv, argv + argc);
+  args.push_back(nullptr);
+  execv("/proc/self/exe", args.data());
+  // exec failed: carry on with the spinning defaults.
+}
+
 std::string allocator_description() {
   using Mallctl = int (*)(const char*, void*, size_t*, void*, size_t);
   auto mallctl = reinterpret_cast<Mallctl>(dlsym(RTLD_DEFAULT, "mallctl"));

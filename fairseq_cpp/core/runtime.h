@@ -19,12 +19,15 @@ namespace fairseq_cpp::core {
 // - OpenBLAS's idle workers call sched_yield in a loop for 2^28 cycles before they sleep, against
 //   LibTorch's elementwise work: OPENBLAS_THREAD_TIMEOUT=4 (its minimum, 2^4 cycles) took 10% off
 //   the wall time of 16 Multi30k updates and three quarters of the system time.
-// Both libraries read their variable when they load, before main: the programs that compute set
-// them from their .preinit_array (cli/runtime_settings.cpp), unless the user set them.
+// Both libraries read their variable when they load, before main, so a program that computes
+// calls this first: unless the user set them, it sets those values and re-executes itself once.
+// (Setting them from a .preinit_array instead does not work: it runs before libc's initializer,
+// which points `environ` back at the process's original block, and the libraries' constructors
+// then read that; a Multi30k update took twice as long.)
 inline constexpr const char* kCpuRuntimeSettings[][2] = {{"OMP_WAIT_POLICY", "PASSIVE"},
                                                         {"OPENBLAS_THREAD_TIMEOUT", "4"}};
+void reexec_with_cpu_runtime_settings(int argc, char** argv);
 // Sets the variables of kCpuRuntimeSettings the user did not set; returns whether any was set.
-// Safe before static initialization: it touches only the environment.
 bool set_cpu_runtime_settings();
 
 // The malloc this process runs on: "jemalloc (narenas 1, dirty_decay_ms -1)" when the programs

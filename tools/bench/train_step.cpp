@@ -74,6 +74,7 @@ int64_t non_embedding_parameters(torch::nn::Module& model, const std::string& pr
 }  // namespace
 
 int main(int argc, char** argv) {
+  core::reexec_with_cpu_runtime_settings(argc, argv);  // as the programs run: no spinning thread pools
   const std::string arch = text_flag(argc, argv, "--arch", "transformer");
   const int64_t vocab = arch == "multi30k" ? 8000 : bench::flag(argc, argv, "--vocab", 32000);
   const int64_t max_tokens = bench::flag(argc, argv, "--max-tokens", 16384);

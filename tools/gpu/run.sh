@@ -114,10 +114,10 @@ elif [ "$gpu" != none ]; then
   tests unit -L unit
   # The CUDA instances of the device-parameterized suites: how many there are, and those outside
   # the unit label (the unit run above ran the others).
-  cuda_all=$(cd "$build" && ctest -N -R '[/_]cuda$' | grep -c 'Test *#')
-  cuda_unit=$(cd "$build" && ctest -N -L unit -R '[/_]cuda$' | grep -c 'Test *#')
+  cuda_all=$(cd "$build" && ctest -N -R '[/_]cuda( |$)' | grep -c 'Test *#')
+  cuda_unit=$(cd "$build" && ctest -N -L unit -R '[/_]cuda( |$)' | grep -c 'Test *#')
   note "device-parameterized suites" "$cuda_all test instances on CUDA ($cuda_unit of them in the unit run)"
-  tests cuda-other -LE unit -R '[/_]cuda$'
+  tests cuda-other -LE unit -R '[/_]cuda( |$)'
 else
   note "tests (gpu)" "not run: no GPU here (fsq_gpu_tests fail without CUDA, by design)"
   tests unit -L unit

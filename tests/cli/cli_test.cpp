@@ -200,10 +200,18 @@ TEST(Cli, IdleThreadsWaitPassivelyUnlessTheUserSaysOtherwise) {
 // libgomp itself took the passive policy, not only the environment: with OMP_DISPLAY_ENV=VERBOSE
 // it prints what it read when it loaded, and the passive policy means no spinning,
 // GOMP_SPINCOUNT 0 (the default prints 300000, and OMP_WAIT_POLICY 'PASSIVE' as well, so that line
-// proves nothing). The programs start twice (the re-exec): the last block is the one that runs.
-// Setting the variables from a .preinit_array does not work: glibc's own initializer points
-// `environ` back at the original block before the libraries' constructors read it.
+// proves nothing). And it loaded once: the launcher (cli/launch.cpp) sets the variables before the
+// program and LibTorch start; a program that re-executed itself would print two blocks. (Setting
+// the variables from a .preinit_array does not work: glibc's own initializer points `environ`
+// back at the original block before the libraries' constructors read it.)
 TEST(Cli, OpenMpRunsWithoutSpinningUnlessTheUserSaysOtherwise) {
+  auto blocks = [](const std::string& text) {
+    size_t count = 0;
+    for (size_t at = text.find("OPENMP DISPLAY ENVIRONMENT BEGIN"); at != std::string::npos;
+         at = text.find("OPENMP DISPLAY ENVIRONMENT BEGIN", at + 1))
+      ++count;
+    return count;
+  };
   auto last_spin_count = [](const std::string& text) {
     const std::string key = "GOMP_SPINCOUNT = '";
     size_t at = text.rfind(key);
@@ -213,7 +221,9 @@ TEST(Cli, OpenMpRunsWithoutSpinningUnlessTheUserSaysOtherwise) {
   };
   for (const char* name : {"fairseq-cpp-train", "fairseq-cpp-generate", "fairseq-cpp-interactive", "fairseq-cpp-eval"}) {
     auto r = run({program(name), "--help"}, {{"OMP_WAIT_POLICY", ""}, {"OMP_DISPLAY_ENV", "VERBOSE"}});
+    EXPECT_EQ(r.exit_code, 0) << name << ": " << r.err;
     EXPECT_EQ(last_spin_count(r.out + r.err), "0") << name << ": " << r.err;
+    EXPECT_EQ(blocks(r.out + r.err), 1u) << name << " loaded libgomp more than once: " << r.err;
     r = run({program(name), "--help"}, {{"OMP_WAIT_POLICY", "ACTIVE"}, {"OMP_DISPLAY_ENV", "VERBOSE"}});
     EXPECT_NE(last_spin_count(r.out + r.err), "0") << name << ": " << r.err;
   }

@@ -1,0 +1,32 @@
+// The command that users run for a program that computes (fairseq-cpp-train, -generate,
+// -interactive, -eval): it sets the CPU runtime settings (core/runtime.h: OMP_WAIT_POLICY and
+// OPENBLAS_THREAD_TIMEOUT, which libgomp and OpenBLAS read when they load) unless the user set
+// them, then executes the program itself, FSQ_PROGRAM_BINARY beside it, in its place (same pid,
+// same arguments). It links no LibTorch, so LibTorch loads once, with the settings in place; a
+// program that re-executed itself to set them loaded LibTorch twice (0.25-0.5 s of every start).
+// Setting them from the program's .preinit_array does not work (core/runtime.h says why).
+#include <unistd.h>
+
+#include <cerrno>
+#include <climits>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <string>
+
+#include "fairseq_cpp/core/runtime.h"
+
+int main(int, char** argv) {
+  for (const auto& [name, value] : fairseq_cpp::core::kCpuRuntimeSettings)
+    if (std::getenv(name) == nullptr) setenv(name, value, 1);
+  char self[PATH_MAX];
+  const ssize_t n = readlink("/proc/self/exe", self, sizeof(self) - 1);
+  std::string path = FSQ_PROGRAM_BINARY;
+  if (n > 0) {
+    std::string exe(self, static_cast<size_t>(n));
+    path = exe.substr(0, exe.rfind('/') + 1) + FSQ_PROGRAM_BINARY;
+  }
+  execv(path.c_str(), argv);
+  std::fprintf(stderr, "%s: cannot start %s: %s\n", argv[0], path.c_str(), std::strerror(errno));
+  return 1;
+}

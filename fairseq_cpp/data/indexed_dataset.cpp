@@ -192,8 +192,9 @@ IndexedDataset::IndexedDataset(const std::string& prefix) : prefix_(prefix) {
     int64_t ptr = pointer(i);
     if (size < 0) raise<DataError>("{}: entry {}: size {} is negative", idx_path, i, size);
     if (ptr < 0 || ptr > bin_size || static_cast<int64_t>(size) * static_cast<int64_t>(esize) > bin_size - ptr) {
-      raise<DataError>("{}: entry {} points past the end of {}: bytes {}..{}, but the file has {} bytes", idx_path, i,
-                       bin_path, ptr, ptr + static_cast<int64_t>(size) * static_cast<int64_t>(esize), bin_size);
+      // The sentence's byte count, not its end: a pointer near 2^63 would overflow the sum.
+      raise<DataError>("{}: entry {} points past the end of {}: {} bytes at byte {}, but the file has {} bytes",
+                       idx_path, i, bin_path, static_cast<int64_t>(size) * static_cast<int64_t>(esize), ptr, bin_size);
     }
     back_to_back_ = back_to_back_ && ptr == next;
     next = ptr + static_cast<int64_t>(size) * static_cast<int64_t>(esize);

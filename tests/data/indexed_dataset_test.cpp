@@ -2,6 +2,7 @@
 #include <gtest/gtest.h>
 
 #include <cstring>
+#include <limits>
 #include <fstream>
 #include <optional>
 #include <utility>
@@ -123,6 +124,30 @@ TEST(IndexedDataset, BrokenIndexFilesAreClearErrors) {
       std::string want = prefix + ".idx: " + c.expected;
       EXPECT_EQ(std::string(e.what()).substr(0, want.size()), want) << c.name << ": " << e.what();
     }
+  }
+}
+
+// Found by fuzz_indexed_dataset (regressions/pointer-near-int64-max): a pointer near 2^63 made the
+// error message overflow int64 while it computed where the sentence would end (undefined
+// behaviour); the message gives the sentence's byte count and start instead.
+TEST(IndexedDataset, APointerNearTheInt64LimitIsADataError) {
+  TempDir dir;
+  std::string prefix = dir.path() + "/x";
+  IndexedDatasetBuilder b(prefix, DType::uint16);
+  std::vector<int64_t> s0 = {5, 6, 2}, s1 = {7, 2};
+  b.add_item(s0.data(), s0.size());
+  b.add_item(s1.data(), s1.size());
+  b.finalize();
+  std::string idx = testing::read_file(prefix + ".idx");
+  const int64_t huge = std::numeric_limits<int64_t>::max() - 100;
+  std::memcpy(&idx[26 + 8 + 8], &huge, sizeof(huge));  // entry 1's pointer (little-endian)
+  dir.write("x.idx", idx);
+  try {
+    IndexedDataset ds(prefix);
+    ADD_FAILURE() << "no error";
+  } catch (const DataError& e) {
+    EXPECT_EQ(std::string(e.what()), prefix + ".idx: entry 1 points past the end of " + prefix +
+                                         ".bin: 4 bytes at byte 9223372036854775707, but the file has 10 bytes");
   }
 }
 

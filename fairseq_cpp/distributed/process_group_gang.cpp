@@ -14,6 +14,7 @@
 #include <chrono>
 #include <future>
 #include <memory>
+#include <mutex>
 #include <stdexcept>
 #include <thread>
 
@@ -140,7 +141,8 @@ class ProcessGroupGang : public Gang {
     c10::intrusive_ptr<c10d::Work> work;
     note_started(what);
     try {
-      work = backend_->allreduce(tensors, c10d::AllreduceOptions{});
+      auto start = [&] { return backend_->allreduce(tensors, c10d::AllreduceOptions{}); };
+      work = started(start);
     } catch (const c10::Error& e) {
       fail(what, core::torch_message(e.what_without_backtrace()));
     }
@@ -220,7 +222,22 @@ class ProcessGroupGang : public Gang {
   template <typename Start>
   void run(const std::string& op, Start&& start) {
     note_started(op);
-    finish(op, std::forward<Start>(start));
+    finish(op, [&] { return started(start); });
+  }
+
+  // `start()`, which starts a collective and returns its work. c10d's flight recorder (LibTorch
+  // 2.x, one per process) adds a process group to a map when it records the group's first
+  // collective, outside its lock (pytorch/pytorch#179313): two threads starting collectives of
+  // different groups at once (ranks as threads; bucket hooks on the autograd engine's device
+  // thread beside another gang) corrupted the map or crashed. Gloo's start only enqueues, so this
+  // process's Gloo gangs start theirs one at a time. NCCL's is left alone: its first collective
+  // waits for its peers, and its ranks are processes of their own.
+  template <typename Start>
+  auto started(Start& start) -> decltype(start()) {
+    if (options_.backend != "gloo") return start();
+    static std::mutex starting;
+    std::lock_guard<std::mutex> lock(starting);
+    return start();
   }
 
   // One more collective started, for the peers that ask where this rank stands after a failure.

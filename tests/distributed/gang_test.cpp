@@ -5,6 +5,7 @@
 
 #include <ATen/ATen.h>
 
+#include <atomic>
 #include <chrono>
 #include <string>
 #include <thread>
@@ -127,6 +128,46 @@ TEST_P(GlooGang, ATimedOutCollectiveNamesItsScopes) {
             std::string::npos)
       << error;
   EXPECT_EQ(distributed::CollectiveScope::describe(), "");
+}
+
+// Gangs of one process may start collectives on several threads at once (ranks as threads here;
+// the bucket hooks on the autograd engine's thread). Each process group's first collective adds it
+// to c10d's process-wide flight recorder, which LibTorch 2.11 does outside its lock
+// (pytorch/pytorch#179313). Without the gangs' own lock around starting a collective, this test
+// crashed in that map in 1 run of 4 on a 2-core machine (and the trainer's 2-rank overlap test in 1
+// of 10): 2 threads start the first all_reduce of 100 sub-gangs each together, 8 times over. On
+// LibTorch 1.13 (no flight recorder) it checks the sums only.
+TEST(GlooGang, ManyGangsStartTheirFirstCollectivesAtOnce) {
+  constexpr int kThreads = 2, kGangs = 100;
+  for (int round = 0; round < 8; ++round) {
+    std::atomic<int> ready{0};
+    std::vector<std::string> failures(kThreads);
+    std::vector<std::thread> threads;
+    for (int t = 0; t < kThreads; ++t) {
+      threads.emplace_back([&, t] {
+        try {
+          auto root = make_process_group_gang(testing::gloo_options(pick_free_port(), 0, 1, 60, at::kCPU));
+          std::vector<std::shared_ptr<Gang>> gangs;  // process groups of their own over the root's store
+          for (int g = 0; g < kGangs; ++g) gangs.push_back(root->create_gang({0}));
+          ++ready;
+          while (ready.load() < kThreads) std::this_thread::yield();
+          std::vector<at::Tensor> sums;
+          std::vector<std::unique_ptr<PendingCollective>> pending;
+          for (auto& gang : gangs) {
+            sums.push_back(at::full({3}, t + 1.0, at::kDouble));
+            pending.push_back(gang->start_all_sum(sums.back(), "a first collective"));
+          }
+          for (auto& p : pending) p->wait();
+          for (const auto& s : sums)
+            if (!at::equal(s, at::full({3}, t + 1.0, at::kDouble))) failures[t] += "a wrong sum\n";
+        } catch (const std::exception& e) {
+          failures[t] = fmt::format("thread {} threw: {}\n", t, e.what());
+        }
+      });
+    }
+    for (auto& th : threads) th.join();
+    for (const auto& f : failures) EXPECT_EQ(f, "");
+  }
 }
 
 INSTANTIATE_TEST_SUITE_P(Devices, GlooGang, ::testing::ValuesIn(testing::test_devices()), testing::device_name);

@@ -10,15 +10,13 @@
 #include <cerrno>
 #include <climits>
 #include <cstdio>
-#include <cstdlib>
 #include <cstring>
 #include <string>
 
 #include "fairseq_cpp/core/runtime.h"
 
 int main(int, char** argv) {
-  for (const auto& [name, value] : fairseq_cpp::core::kCpuRuntimeSettings)
-    if (std::getenv(name) == nullptr) setenv(name, value, 1);
+  fairseq_cpp::core::set_cpu_runtime_settings();
   char self[PATH_MAX];
   const ssize_t n = readlink("/proc/self/exe", self, sizeof(self) - 1);
   std::string path = FSQ_PROGRAM_BINARY;

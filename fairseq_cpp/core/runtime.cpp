@@ -4,7 +4,6 @@
 #include <sched.h>
 #include <unistd.h>
 
-#include <cstdlib>
 #include <vector>
 
 #include <algorithm>
@@ -33,16 +32,6 @@ std::string loaded_blas_library() {
 }
 
 }  // namespace
-
-bool set_cpu_runtime_settings() {
-  bool changed = false;
-  for (const auto& [name, value] : kCpuRuntimeSettings) {
-    if (std::getenv(name) != nullptr) continue;
-    setenv(name, value, 1);
-    changed = true;
-  }
-  return changed;
-}
 
 void reexec_with_cpu_runtime_settings(int argc, char** argv) {
   if (!set_cpu_runtime_settings()) return;

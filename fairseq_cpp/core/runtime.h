@@ -3,6 +3,7 @@
 // intra-op threads (LIBTORCH.md trap 2) and a check that fp32 GEMM is not on the slow
 // reference BLAS (trap 1).
 
+#include <cstdlib>
 #include <string>
 
 // Defined where this compiler can build AVX-512 functions (target attributes and <immintrin.h>)
@@ -19,8 +20,10 @@ namespace fairseq_cpp::core {
 // - OpenBLAS's idle workers call sched_yield in a loop for 2^28 cycles before they sleep, against
 //   LibTorch's elementwise work: OPENBLAS_THREAD_TIMEOUT=4 (its minimum, 2^4 cycles) took 10% off
 //   the wall time of 16 Multi30k updates and three quarters of the system time.
-// Both libraries read their variable when they load, before main, so a program that computes
-// calls this first: unless the user set them, it sets those values and re-executes itself once.
+// Both libraries read their variable when they load, before main: the command a user runs is a
+// small launcher without LibTorch (cli/launch.cpp) that sets them and executes the program, and a
+// program started directly calls reexec_with_cpu_runtime_settings first, which sets them and
+// re-executes itself once (unless the user set them).
 // (Setting them from a .preinit_array instead does not work: it runs before libc's initializer,
 // which points `environ` back at the process's original block, and the libraries' constructors
 // then read that; a Multi30k update took twice as long.)
@@ -28,7 +31,16 @@ inline constexpr const char* kCpuRuntimeSettings[][2] = {{"OMP_WAIT_POLICY", "PA
                                                         {"OPENBLAS_THREAD_TIMEOUT", "4"}};
 void reexec_with_cpu_runtime_settings(int argc, char** argv);
 // Sets the variables of kCpuRuntimeSettings the user did not set; returns whether any was set.
-bool set_cpu_runtime_settings();
+// Inline: the launcher links no library of the project.
+inline bool set_cpu_runtime_settings() {
+  bool changed = false;
+  for (const auto& [name, value] : kCpuRuntimeSettings) {
+    if (std::getenv(name) != nullptr) continue;
+    setenv(name, value, 1);
+    changed = true;
+  }
+  return changed;
+}
 
 // The malloc this process runs on: "jemalloc (narenas 1, dirty_decay_ms -1)" when the programs
 // linked jemalloc (cli/allocator.cpp), else "glibc malloc".

@@ -86,7 +86,9 @@ TEST(IndexedDataset, ReadsFairseqFixtureAsPythonDoes) {
           "ids=struct.unpack('<%dH'%(len(b)//2), b)\n"
           "print(n, sum(sizes), sum(ids), ids[ptrs[-1]//2])\n";
       EXPECT_EQ(mine, testing::python(script)) << prefix;
-      if (split == "train") EXPECT_EQ(total, lang == "en" ? 453751 : 469765);  // the fixture README's counts
+      if (split == "train") {
+        EXPECT_EQ(total, lang == "en" ? 453751 : 469765);  // the fixture README's counts
+      }
     }
   }
 }
@@ -96,6 +98,16 @@ struct Corruption {
   std::function<void(std::string& idx)> edit;
   std::string expected;  // message after "<prefix>.idx: "
 };
+
+// A uint16 data-bin of the sentences {5, 6, 2} and {7, 2} at `prefix`; returns its .idx bytes.
+std::string write_two_sentences(const std::string& prefix) {
+  IndexedDatasetBuilder b(prefix, DType::uint16);
+  std::vector<int64_t> s0 = {5, 6, 2}, s1 = {7, 2};
+  b.add_item(s0.data(), s0.size());
+  b.add_item(s1.data(), s1.size());
+  b.finalize();
+  return testing::read_file(prefix + ".idx");
+}
 
 TEST(IndexedDataset, BrokenIndexFilesAreClearErrors) {
   std::vector<Corruption> cases = {
@@ -109,12 +121,7 @@ TEST(IndexedDataset, BrokenIndexFilesAreClearErrors) {
   for (const auto& c : cases) {
     TempDir dir;
     std::string prefix = dir.path() + "/x";
-    IndexedDatasetBuilder b(prefix, DType::uint16);
-    std::vector<int64_t> s0 = {5, 6, 2}, s1 = {7, 2};
-    b.add_item(s0.data(), s0.size());
-    b.add_item(s1.data(), s1.size());
-    b.finalize();
-    std::string idx = testing::read_file(prefix + ".idx");
+    std::string idx = write_two_sentences(prefix);
     c.edit(idx);
     dir.write("x.idx", idx);
     try {
@@ -133,12 +140,7 @@ TEST(IndexedDataset, BrokenIndexFilesAreClearErrors) {
 TEST(IndexedDataset, APointerNearTheInt64LimitIsADataError) {
   TempDir dir;
   std::string prefix = dir.path() + "/x";
-  IndexedDatasetBuilder b(prefix, DType::uint16);
-  std::vector<int64_t> s0 = {5, 6, 2}, s1 = {7, 2};
-  b.add_item(s0.data(), s0.size());
-  b.add_item(s1.data(), s1.size());
-  b.finalize();
-  std::string idx = testing::read_file(prefix + ".idx");
+  std::string idx = write_two_sentences(prefix);
   const int64_t huge = std::numeric_limits<int64_t>::max() - 100;
   std::memcpy(&idx[26 + 8 + 8], &huge, sizeof(huge));  // entry 1's pointer (little-endian)
   dir.write("x.idx", idx);

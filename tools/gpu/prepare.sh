@@ -1,18 +1,36 @@
 #!/usr/bin/env bash
 # Run on a CPU machine before a device run (see tools/gpu/run.sh): makes `.gpu-deps/` (ignored by
 # git), which the run carries:
-#   .gpu-deps/prefix  the C++ libraries the GPU machine lacks, from Debian's packages:
-#                     ../shared/gpu/prepare-deps.sh's (yaml-cpp, fmt, SentencePiece, GoogleTest,
-#                     nlohmann-json) and the project's own needs beyond them (zlib and OpenSSL's
-#                     libcrypto for checkpoints, jemalloc for the programs)
-#   .gpu-deps/commit  the commit the run builds (the tree travels without .git)
+#   .gpu-deps/prefix          the C++ libraries the GPU machine lacks, from Debian's packages:
+#                             ../shared/gpu/prepare-deps.sh's (yaml-cpp, fmt, SentencePiece,
+#                             GoogleTest, nlohmann-json) and the project's own needs beyond them
+#                             (zlib and OpenSSL's libcrypto for checkpoints, jemalloc for the programs)
+#   .gpu-deps/prebuilt.tar.xz the wheel lane's programs and tests, built here (BUILD, default
+#                             build-wheel: PyTorch 2.11 with CUDA 13, the GPU machine's own), stripped;
+#                             .gpu-deps/prebuilt-dir names that folder. The run uses them instead of
+#                             compiling there (3-4 of the session's 15 device minutes)
+#   .gpu-deps/commit          the commit the run builds (the tree travels without .git)
+#   .gpu-deps/cpu-fp32-loss   with --cpu-reference: the Multi30k parity run's validation loss on
+#                             this CPU (544 updates, fp32; about 10 minutes on 2 cores), kept from
+#                             the last prepare.sh while the commit is the same
 # and the link `.gpu-shared` to ../shared, through which the run carries the fixture's checkpoint,
 # data-bin and translations (carry the paths through the link that it prints: the files travel,
 # nothing is copied into the repository).
+#   tools/gpu/prepare.sh [--cpu-reference]
 set -euo pipefail
 root=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
 cd "$root"
+cpu_reference=0
+[ "${1:-}" = --cpu-reference ] && cpu_reference=1
+build=${BUILD:-build-wheel}
 dest=.gpu-deps
+head=$(git rev-parse HEAD)
+[ -z "$(git status --porcelain --untracked-files=no)" ] ||
+  echo "prepare.sh: the tree has uncommitted changes; the programs are built from it as it is" >&2
+kept=
+if [ -f "$dest/cpu-fp32-loss" ] && [ "$(cut -d' ' -f3 "$dest/cpu-fp32-loss")" = "$head" ]; then
+  kept=$(cat "$dest/cpu-fp32-loss")
+fi
 rm -rf "$dest"
 bash ../shared/gpu/prepare-deps.sh "$dest" >/dev/null
 extra=(zlib1g zlib1g-dev libssl3 libssl-dev libjemalloc2 libjemalloc-dev)
@@ -23,9 +41,34 @@ rm -rf "$dest/debs" "$dest/prefix/usr/share/doc" "$dest/prefix/usr/share/man"
 # The shared libraries are what the build links; the static archives (but GoogleTest's, which has
 # no other) only weigh on the 64 MiB that travel.
 find "$dest/prefix" -name '*.a' ! -name 'libgtest*' ! -name 'libgmock*' -delete
-git rev-parse HEAD >"$dest/commit"
+echo "$head" >"$dest/commit"
 ln -sfn "$(cd ../shared && pwd)" .gpu-shared
-echo "ready: $dest ($(du -sh "$dest" | cut -f1)), commit $(cat "$dest/commit")"
+
+# The programs and tests, as built here.
+[ -f "$build/build.ninja" ] || { echo "prepare.sh: no $build: run tools/setup.sh --torch wheel first" >&2; exit 1; }
+cmake --build "$build" >/dev/null
+pack=$(mktemp -d)
+trap 'rm -rf "$pack"' EXIT
+mkdir -p "$pack/tests" "$pack/tools/bench"
+cp "$build"/fairseq-cpp-* "$pack/"
+cp "$build"/tests/fsq_*_tests "$build/tests/fsq_dist_probe" "$pack/tests/"
+cp "$build/tools/bench/fsq_bench_train_step" "$pack/tools/bench/"
+find "$pack" -type f -exec strip --strip-unneeded {} +
+tar -C "$pack" -cJf "$dest/prebuilt.tar.xz" .
+echo "$build" >"$dest/prebuilt-dir"
+
 fx=.gpu-shared/fixtures/fairseq-v0.9
-echo "device run: command 'tools/gpu/run.sh \$OUT', carry [\".gpu-deps\", \"$fx/checkpoint_best.pt\"," \
+if [ -n "$kept" ]; then
+  echo "$kept" >"$dest/cpu-fp32-loss"
+elif [ "$cpu_reference" = 1 ]; then
+  logs=$(mktemp -d)
+  BUILD=$build tools/gpu/run.sh "$logs" --steps cpu-reference >/dev/null
+  cp "$logs/cpu-fp32-loss" "$dest/cpu-fp32-loss" || { echo "prepare.sh: the CPU run failed ($logs)" >&2; exit 1; }
+  rm -rf "$logs"
+fi
+carried=$(du -cb "$dest" "$fx/checkpoint_best.pt" "$fx/data-bin" "$fx/generate-test-beam5.txt" | tail -1 | cut -f1)
+tree=$(git ls-files -z | xargs -0 du -cb | tail -1 | cut -f1)
+echo "ready: $dest ($(du -sh "$dest" | cut -f1)), commit $head$([ -f "$dest/cpu-fp32-loss" ] && echo ", CPU fp32 loss $(cut -d' ' -f1 "$dest/cpu-fp32-loss")")"
+echo "travels: $(( (carried + tree) / 1048576 )) MiB of 64 (the tree $(( tree / 1048576 )) MiB)"
+echo "device run: command 'BUDGET_S=480 tools/gpu/run.sh \$OUT', carry [\".gpu-deps\", \"$fx/checkpoint_best.pt\"," \
   "\"$fx/data-bin\", \"$fx/generate-test-beam5.txt\"]"

@@ -13,15 +13,26 @@
 #
 # On a CPU machine it says that no GPU is present and runs the same steps, shortened by --quick.
 #
-#   tools/gpu/prepare.sh                                   # here, first: .gpu-deps/ and .gpu-shared
-#   device run: tools/gpu/run.sh $OUT                      # carry what prepare.sh prints
+#   tools/gpu/prepare.sh --cpu-reference                   # here, first: .gpu-deps/ and .gpu-shared
+#   device run: BUDGET_S=480 tools/gpu/run.sh $OUT         # carry what prepare.sh prints
 #   tools/gpu/run.sh LOGDIR [--quick] [--shared DIR] [--steps LIST]
-#     DIR: shared/ (default: .gpu-shared, ../shared); LIST: some of build,tests,overlap,parity,
-#     generate,throughput (default all). A device call runs at most 10 minutes: on a fresh machine, call once
-#     with --steps build,tests,overlap and once with --steps parity,generate,throughput (the build folder
-#     stays on the warm machine between calls; the build step is needed by the others once).
+#     DIR: shared/ (default: .gpu-shared, ../shared); LIST: some of build,tests,parity,generate,
+#     throughput,overlap (default all, run in that order), or cpu-reference alone (what prepare.sh
+#     runs: the CPU's fp32 parity run, kept in LOGDIR/cpu-fp32-loss).
+# A session has 15 minutes of device time, the machine's start included, so one call does it all:
+# - the build: prepare.sh compiles the wheel lane here (the same PyTorch 2.11 + CUDA 13 build as
+#   there) and packs its programs and tests, stripped, into .gpu-deps/prebuilt.tar.xz (about 6 MB);
+#   run.sh unpacks and runs them, with the machine's LibTorch first on LD_LIBRARY_PATH. It
+#   compiles there only when they cannot run (about 3-4 minutes of 16 cores).
+# - the tests: the prebuilt tests are listed here, without CUDA, so CTest would not know their
+#   CUDA instances: they run from the test programs (fsq_gpu_tests whole, and every test named
+#   .../cuda or ..._cuda in the others), 8 programs at a time.
+# - the CPU's parity run comes from prepare.sh (.gpu-deps/cpu-fp32-loss) when it is for this
+#   commit; else it runs there beside the device's.
+# - BUDGET_S: a step that would start after that many seconds is skipped (and says so), so that
+#   the call ends within its limit with the table written; record.md is rewritten after each step.
 # Environment: PYTHON (default: python3 there, .venv/bin/python here), BUILD (default build-gpu; an
-# existing build folder is only rebuilt), JOBS.
+# existing build folder is only rebuilt), JOBS, BUDGET_S (default none).
 set -uo pipefail
 root=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
 cd "$root"
@@ -29,7 +40,7 @@ logs=${1:?usage: tools/gpu/run.sh LOGDIR [--quick] [--shared DIR]}
 shift
 quick=0
 shared=
-steps=build,tests,overlap,parity,generate,throughput
+steps=build,tests,parity,generate,throughput,overlap
 while [ $# -gt 0 ]; do
   case $1 in
     --quick) quick=1 ;;
@@ -51,8 +62,33 @@ if [ -z "${PYTHON:-}" ]; then
   if [ -x .venv/bin/python ]; then PYTHON=$root/.venv/bin/python; else PYTHON=$(command -v python3); fi
 fi
 rows=()   # "step|result" for the table
-note() { rows+=("$1|$2"); echo "== $1: $2"; }
-want() { [[ ",$steps," == *",$1,"* ]]; }
+note() { rows+=("$1|$2"); echo "== $1: $2"; write_record; }  # (after the machine's facts are known)
+started_at=$(date +%s)
+budget=${BUDGET_S:-0}
+# Whether STEP may start: with BUDGET_S, not after that many seconds of this call (it says so).
+want() {
+  [[ ",$steps," == *",$1,"* ]] || return 1
+  if [ "$budget" -gt 0 ] && [ $(( $(date +%s) - started_at )) -ge "$budget" ]; then
+    note "$1" "skipped: BUDGET_S=$budget seconds spent"
+    return 1
+  fi
+}
+# The table, and the record for docs/benchmarks/gpu.md (rewritten after each step: a call cut off
+# at its limit still brings back what it did).
+write_record() {
+  {
+    echo "## $(date -u '+%Y-%m-%d') · $gpu · commit $commit"
+    echo
+    echo "\`$([ "$budget" -gt 0 ] && echo "BUDGET_S=$budget ")tools/gpu/run.sh LOGDIR$([ "$quick" = 1 ] && echo ' --quick')\`; driver $driver, PyTorch $torch_version."
+    echo
+    echo "| step | result |"
+    echo "| --- | --- |"
+    for row in "${rows[@]}"; do echo "| ${row%%|*} | ${row#*|} |"; done
+    echo
+    echo "MFU: 6 x (encoder non-embedding parameters x source tokens + decoder's x target tokens) + 6 x d x V x"
+    echo "target tokens + 12 x d x (S^2 per encoder layer, T^2 + T x S per decoder layer) per sentence, over 989 TFLOP/s."
+  } >"$logs/record.md"
+}
 
 # --- what this machine is
 gpu=none
@@ -80,7 +116,30 @@ if [ -d .gpu-deps/prefix ]; then
   export LD_LIBRARY_PATH=$deps/lib/x86_64-linux-gnu:$root/.gpu-deps/prefix/lib/x86_64-linux-gnu:${LD_LIBRARY_PATH:-}
 fi
 torch_dir=$("$PYTHON" -c 'import os, torch; print(os.path.dirname(torch.__file__))')
-if [ ! -f "$build/build.ninja" ]; then
+export LD_LIBRARY_PATH=$torch_dir/lib:${LD_LIBRARY_PATH:-}  # before the prebuilt programs' RUNPATH (the CPU machine's)
+
+# The programs and tests that prepare.sh built on the CPU machine (.gpu-deps/prebuilt.tar.xz),
+# unpacked into the build folder they came from. The tests take the paths compiled into them from
+# FSQ_SOURCE_DIR, FSQ_BIN_DIR and FSQ_PYTHON, and ../shared is the carried fixture.
+use_prebuilt() {
+  local packed=$root/.gpu-deps/prebuilt.tar.xz dir
+  [ -f "$packed" ] || return 1
+  dir=$(cat "$root/.gpu-deps/prebuilt-dir")
+  mkdir -p "$dir" && tar -C "$dir" -xJf "$packed"
+  if ! "$dir/fairseq-cpp-train" --help >"$logs/prebuilt.log" 2>&1; then
+    note "prebuilt programs" "do not run here (prebuilt.log): compiling"
+    return 1
+  fi
+  [ -e ../shared ] || ln -s "$root/.gpu-shared" ../shared
+  export FSQ_SOURCE_DIR=$root FSQ_BIN_DIR=$root/$dir FSQ_PYTHON=$PYTHON
+  build=$dir
+  prebuilt=1
+}
+prebuilt=0
+if want build && [ ! -f "$build/build.ninja" ] && use_prebuilt; then
+  note "build" "none: the programs and tests prepare.sh built on the CPU machine, for commit $commit, in $build"
+fi
+if [ "$prebuilt" = 0 ] && [ ! -f "$build/build.ninja" ]; then
   args=(-DCMAKE_PREFIX_PATH="$torch_dir;$torch_dir/share/cmake${deps:+;$deps}" -DTORCH_CUDA_ARCH_LIST=9.0
         -DFSQ_PYTHON="$PYTHON" -DFSQ_SACREBLEU_PYTHON="$PYTHON" -DPython_EXECUTABLE="$PYTHON"
         -DFSQ_TORCHRUN="$(dirname "$PYTHON")/torchrun")
@@ -90,7 +149,9 @@ if [ ! -f "$build/build.ninja" ]; then
     { note "configure" "FAILED (configure.log)"; tail -30 "$logs/configure.log"; exit 1; }
 fi
 start=$(date +%s)
-if ! want build && [ -x "$build/fairseq-cpp-train" ]; then
+if [ "$prebuilt" = 1 ]; then
+  :
+elif ! [[ ",$steps," == *,build,* ]] && [ -x "$build/fairseq-cpp-train" ]; then
   note "build" "not rebuilt (--steps $steps): $build"
 elif cmake --build "$build" -j "${JOBS:-$(nproc)}" >"$logs/build.log" 2>&1; then
   note "build" "ok in $(( $(date +%s) - start )) s ($build)"
@@ -107,8 +168,32 @@ tests() {  # NAME CTEST-ARGS...
   note "tests ($name)" "${summary:-did not finish (ctest-$name.log)}"
   grep -E '^\s+[0-9]+ - ' "$logs/ctest-$name.log" | head -10
 }
+# The prebuilt tests, from their programs: NAME FILTER PROGRAMS... (8 programs at a time, each
+# running its tests matching FILTER in one process; a crash shows as its exit status).
+gtests() {
+  local name=$1 filter=$2; shift 2
+  printf '%s\n' "$@" | xargs -P 8 -I{} sh -c \
+    '"$1" --gtest_filter="$2" --gtest_brief=1 >"$3/gtest-$4-$(basename "$1").log" 2>&1; echo "$(basename "$1") $?"' \
+    _ {} "$filter" "$logs" "$name" >"$logs/gtest-$name.status"
+  local passed failed crashed
+  passed=$(cat "$logs"/gtest-"$name"-*.log | sed -n 's/^\[  PASSED  \] \([0-9]*\) test.*/\1/p' | awk '{s += $1} END {print s + 0}')
+  failed=$(cat "$logs"/gtest-"$name"-*.log | sed -n 's/^\[  FAILED  \] \([0-9]*\) test.*/\1/p' | awk '{s += $1} END {print s + 0}')
+  crashed=$(awk '$2 != 0 && $2 != 1 {printf "%s%s (exit %s)", sep, $1, $2; sep = ", "}' "$logs/gtest-$name.status")
+  note "tests ($name)" "$passed passed, $failed failed${crashed:+; ended abnormally: $crashed} (gtest-$name-*.log)"
+  grep -h '^\[  FAILED  \] [A-Za-z]' "$logs"/gtest-"$name"-*.log | head -10
+}
 if ! want tests; then
   :
+elif [ "$prebuilt" = 1 ]; then
+  others=()
+  for t in "$build"/tests/fsq_*_tests; do [ "$(basename "$t")" != fsq_gpu_tests ] && others+=("$t"); done
+  if [ "$gpu" != none ]; then
+    gtests gpu '*' "$build/tests/fsq_gpu_tests"
+    gtests cuda '*/cuda:*_cuda' "${others[@]}"  # Devices/Suite.Test/cuda, Variants/...Test/postnorm_cuda
+  else
+    note "tests (gpu)" "not run: no GPU here (fsq_gpu_tests fail without CUDA, by design)"
+    gtests cpu-instances '*/cpu:*_cpu' "${others[@]}"  # the same runner, on the CPU twins
+  fi
 elif [ "$gpu" != none ]; then
   tests gpu -L gpu
   tests unit -L unit
@@ -123,18 +208,6 @@ else
   tests unit -L unit
 fi
 
-# --- the gradient all-reduce during backward against after it (issue 18's overlap)
-if want overlap; then
-  if [ "$gpu" != none ]; then
-    PYTHON="$PYTHON" DATA="$fixture/data-bin" DEVICE=cuda tools/bench/overlap.sh "$build" 30 3 >"$logs/overlap.txt" 2>"$logs/overlap.log"
-  else
-    PYTHON="$PYTHON" DATA="$fixture/data-bin" tools/bench/overlap.sh "$build" 8 1 >"$logs/overlap.txt" 2>"$logs/overlap.log"
-  fi
-  hidden=$(sed -n 's/^hidden behind backward: //p' "$logs/overlap.txt")
-  note "all-reduce during backward, 2 Gloo workers$([ "$gpu" != none ] && echo ' sharing the GPU')" \
-    "${hidden:-failed (overlap.log)}${hidden:+; overlap.txt}"
-fi
-
 # --- Multi30k parity: fp32 and bf16 on the device, fp32 on the CPU, validation loss at the end
 updates=$([ "$quick" = 1 ] && echo 20 || echo 544)
 train() {  # NAME ARGS...
@@ -144,19 +217,37 @@ train() {  # NAME ARGS...
     dataset.validate_interval_updates="$updates" common.log_format=simple "$@" >"$logs/train-$name.log" 2>&1
   sed -n "s/.*valid on 'valid' subset | loss \([0-9.]*\).*/\1/p" "$logs/train-$name.log" | tail -1
 }
+cpu_threads=$(( $(nproc) > 8 ? 8 : $(nproc) ))
+if [[ ",$steps," == *,cpu-reference,* ]]; then  # prepare.sh's: the full run, on this machine's CPU
+  updates=544
+  loss=$(train cpu-fp32 common.cpu=true common.cpu_threads="$cpu_threads")
+  [ -n "$loss" ] && echo "$loss $updates $(git rev-parse HEAD)" >"$logs/cpu-fp32-loss"
+  note "Multi30k $updates updates on the CPU, fp32, valid loss" "${loss:-failed (train-cpu-fp32.log)}"
+fi
 if ! want parity; then
   :
 elif [ -d "$fixture/data-bin" ]; then
-  cpu_threads=$(( $(nproc) > 8 ? 8 : $(nproc) ))
-  train cpu-fp32 common.cpu=true common.cpu_threads="$cpu_threads" >"$logs/loss-cpu" &
-  cpu_job=$!
+  # The CPU's run: prepare.sh's when it is for this commit and as many updates, else here, beside.
+  cpu_fp32= cpu_where=
+  if [ -f .gpu-deps/cpu-fp32-loss ]; then
+    read -r loss n for_commit <.gpu-deps/cpu-fp32-loss
+    if [ "$n" = "$updates" ] && [ "$for_commit" = "$(cat .gpu-deps/commit 2>/dev/null)" ]; then
+      cpu_fp32=$loss cpu_where=", run by prepare.sh on the CPU machine"
+    fi
+  fi
+  if [ -z "$cpu_fp32" ]; then
+    train cpu-fp32 common.cpu=true common.cpu_threads="$cpu_threads" >"$logs/loss-cpu" &
+    cpu_job=$!
+  fi
   dev_fp32=$(train dev-fp32)
   dev_bf16=$(train dev-bf16 common.bf16=true)
-  wait $cpu_job
-  cpu_fp32=$(cat "$logs/loss-cpu")
+  if [ -z "$cpu_fp32" ]; then
+    wait $cpu_job
+    cpu_fp32=$(cat "$logs/loss-cpu")
+  fi
   rel() { awk -v a="$1" -v b="$2" 'BEGIN { if (a == "" || b == "") print "n/a"; else printf "%+.2f%%", 100 * (a - b) / b }'; }
   note "Multi30k $updates updates, valid loss" \
-    "device fp32 ${dev_fp32:-failed} ($(rel "$dev_fp32" "$cpu_fp32") vs CPU fp32 ${cpu_fp32:-failed}), bf16 ${dev_bf16:-failed} ($(rel "$dev_bf16" "$dev_fp32") vs fp32)"
+    "device fp32 ${dev_fp32:-failed} ($(rel "$dev_fp32" "$cpu_fp32") vs CPU fp32 ${cpu_fp32:-failed}$cpu_where), bf16 ${dev_bf16:-failed} ($(rel "$dev_bf16" "$dev_fp32") vs fp32)"
 else
   note "Multi30k parity" "skipped: no fixture at $fixture (carry .gpu-shared/fixtures/fairseq-v0.9)"
 fi
@@ -197,6 +288,7 @@ echo "arch precision device tokens/step step_ms tokens/s peak_GiB TFLOP/s MFU" >
 want throughput || sizes=()
 for size in "${sizes[@]}"; do
   read -r arch vocab tokens len <<<"$size"
+  want throughput || break
   profile=()
   [ "$size" = "$profiled" ] && { profile=(--profile "$logs/profile.txt"); rm -f "$logs/profile.txt"; }
   out=$("$build/tools/bench/fsq_bench_train_step" --arch "$arch" --vocab "$vocab" --max-tokens "$tokens" --len "$len" \
@@ -206,8 +298,9 @@ for size in "${sizes[@]}"; do
   cpu_flag=$([ "$gpu" = none ] && echo cpu)
   eager=$("$PYTHON" tools/bench/train_step_ref.py "$arch" "$vocab" "$tokens" "$len" bf16 "${iters[0]}" "${iters[1]}" \
     $cpu_flag 2>>"$logs/throughput.log")
-  # torch.compile takes minutes per shape: at the 16,384-token sizes only.
-  compiled=$([ "$gpu" = none ] || [ "$tokens" != 16384 ] && echo "- -" || "$PYTHON" tools/bench/train_step_ref.py "$arch" "$vocab" "$tokens" \
+  # torch.compile takes minutes per shape: for the profiled size only (transformer-big, 16,384
+  # tokens: the issue's goal), and not without a GPU.
+  compiled=$([ "$gpu" = none ] || [ "$size" != "$profiled" ] && echo "- -" || "$PYTHON" tools/bench/train_step_ref.py "$arch" "$vocab" "$tokens" \
     "$len" bf16 "${iters[0]}" "${iters[1]}" compile 2>>"$logs/throughput.log")
   read -r _ _ _ _ _ our_tps our_gib _ our_mfu <<<"$ours"
   read -r eager_tps _ <<<"$eager"
@@ -222,18 +315,19 @@ for size in "${sizes[@]}"; do
   fi
 done
 
-# --- the table, and the record for docs/benchmarks/gpu.md
-{
-  echo "## $(date -u '+%Y-%m-%d') · $gpu · commit $commit"
-  echo
-  echo "\`tools/gpu/run.sh LOGDIR$([ "$quick" = 1 ] && echo ' --quick')\`; driver $driver, PyTorch $torch_version."
-  echo
-  echo "| step | result |"
-  echo "| --- | --- |"
-  for row in "${rows[@]}"; do echo "| ${row%%|*} | ${row#*|} |"; done
-  echo
-  echo "MFU: 6 x (encoder non-embedding parameters x source tokens + decoder's x target tokens) + 6 x d x V x"
-  echo "target tokens + 12 x d x (S^2 per encoder layer, T^2 + T x S per decoder layer) per sentence, over 989 TFLOP/s."
-} >"$logs/record.md"
+# --- the gradient all-reduce during backward against after it (issue 18's overlap)
+if want overlap; then
+  if [ "$gpu" != none ]; then
+    PYTHON="$PYTHON" DATA="$fixture/data-bin" DEVICE=cuda tools/bench/overlap.sh "$build" 30 3 >"$logs/overlap.txt" 2>"$logs/overlap.log"
+  else
+    PYTHON="$PYTHON" DATA="$fixture/data-bin" tools/bench/overlap.sh "$build" 8 1 >"$logs/overlap.txt" 2>"$logs/overlap.log"
+  fi
+  hidden=$(sed -n 's/^hidden behind backward: //p' "$logs/overlap.txt")
+  note "all-reduce during backward, 2 Gloo workers$([ "$gpu" != none ] && echo ' sharing the GPU')" \
+    "${hidden:-failed (overlap.log)}${hidden:+; overlap.txt}"
+fi
+
+# --- the table (record.md, for docs/benchmarks/gpu.md, is already written)
+write_record
 echo
 cat "$logs/record.md"

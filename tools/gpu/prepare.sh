@@ -11,8 +11,9 @@
 #                             compiling there (3-4 of the session's 15 device minutes)
 #   .gpu-deps/commit          the commit the run builds (the tree travels without .git)
 #   .gpu-deps/cpu-fp32-loss   with --cpu-reference: the Multi30k parity run's validation loss on
-#                             this CPU (544 updates, fp32; about 10 minutes on 2 cores), kept from
-#                             the last prepare.sh while the commit is the same
+#                             this CPU (544 updates, fp32; about 11 minutes on 2 cores), kept from
+#                             the last prepare.sh while the code that trains (fairseq_cpp/, cli/,
+#                             configs/, CMakeLists.txt) is the same
 # and the link `.gpu-shared` to ../shared, through which the run carries the fixture's checkpoint,
 # data-bin and translations (carry the paths through the link that it prints: the files travel,
 # nothing is copied into the repository).
@@ -27,9 +28,11 @@ dest=.gpu-deps
 head=$(git rev-parse HEAD)
 [ -z "$(git status --porcelain --untracked-files=no)" ] ||
   echo "prepare.sh: the tree has uncommitted changes; the programs are built from it as it is" >&2
+# What the CPU's parity run depends on: the trees of the code that trains.
+code=$(git rev-parse HEAD:fairseq_cpp HEAD:cli HEAD:configs HEAD:CMakeLists.txt | sha1sum | cut -c1-12)
 kept=
-if [ -f "$dest/cpu-fp32-loss" ] && [ "$(cut -d' ' -f3 "$dest/cpu-fp32-loss")" = "$head" ]; then
-  kept=$(cat "$dest/cpu-fp32-loss")
+if [ -f "$dest/cpu-fp32-loss" ] && [ "$(cut -d' ' -f4 "$dest/cpu-fp32-loss")" = "$code" ]; then
+  kept=$(cut -d' ' -f1,2 "$dest/cpu-fp32-loss")
 fi
 rm -rf "$dest"
 bash ../shared/gpu/prepare-deps.sh "$dest" >/dev/null
@@ -58,17 +61,19 @@ tar -C "$pack" -cJf "$dest/prebuilt.tar.xz" .
 echo "$build" >"$dest/prebuilt-dir"
 
 fx=.gpu-shared/fixtures/fairseq-v0.9
+# "LOSS UPDATES COMMIT CODE": run.sh takes it when COMMIT is .gpu-deps/commit.
 if [ -n "$kept" ]; then
-  echo "$kept" >"$dest/cpu-fp32-loss"
+  echo "$kept $head $code" >"$dest/cpu-fp32-loss"
 elif [ "$cpu_reference" = 1 ]; then
   logs=$(mktemp -d)
   BUILD=$build tools/gpu/run.sh "$logs" --steps cpu-reference >/dev/null
-  cp "$logs/cpu-fp32-loss" "$dest/cpu-fp32-loss" || { echo "prepare.sh: the CPU run failed ($logs)" >&2; exit 1; }
+  [ -f "$logs/cpu-fp32-loss" ] || { echo "prepare.sh: the CPU run failed ($logs)" >&2; exit 1; }
+  echo "$(cut -d' ' -f1,2 "$logs/cpu-fp32-loss") $head $code" >"$dest/cpu-fp32-loss"
   rm -rf "$logs"
 fi
 carried=$(du -cb "$dest" "$fx/checkpoint_best.pt" "$fx/data-bin" "$fx/generate-test-beam5.txt" | tail -1 | cut -f1)
 tree=$(git ls-files -z | xargs -0 du -cb | tail -1 | cut -f1)
 echo "ready: $dest ($(du -sh "$dest" | cut -f1)), commit $head$([ -f "$dest/cpu-fp32-loss" ] && echo ", CPU fp32 loss $(cut -d' ' -f1 "$dest/cpu-fp32-loss")")"
 echo "travels: $(( (carried + tree) / 1048576 )) MiB of 64 (the tree $(( tree / 1048576 )) MiB)"
-echo "device run: command 'BUDGET_S=480 tools/gpu/run.sh \$OUT', carry [\".gpu-deps\", \"$fx/checkpoint_best.pt\"," \
+echo "device run: command 'BUDGET_S=480 RESULTS=\$OUT tools/gpu/run.sh /tmp/gpu-logs', timeout_s 600, carry [\".gpu-deps\", \"$fx/checkpoint_best.pt\"," \
   "\"$fx/data-bin\", \"$fx/generate-test-beam5.txt\"]"

@@ -14,7 +14,7 @@
 # On a CPU machine it says that no GPU is present and runs the same steps, shortened by --quick.
 #
 #   tools/gpu/prepare.sh --cpu-reference                   # here, first: .gpu-deps/ and .gpu-shared
-#   device run: BUDGET_S=480 tools/gpu/run.sh $OUT         # carry what prepare.sh prints
+#   device run: BUDGET_S=480 RESULTS=$OUT tools/gpu/run.sh /tmp/gpu-logs   # carry what prepare.sh prints
 #   tools/gpu/run.sh LOGDIR [--quick] [--shared DIR] [--steps LIST]
 #     DIR: shared/ (default: .gpu-shared, ../shared); LIST: some of build,tests,parity,generate,
 #     throughput,overlap (default all, run in that order), or cpu-reference alone (what prepare.sh
@@ -31,8 +31,10 @@
 #   commit; else it runs there beside the device's.
 # - BUDGET_S: a step that would start after that many seconds is skipped (and says so), so that
 #   the call ends within its limit with the table written; record.md is rewritten after each step.
+# - RESULTS: a folder (the device's $OUT, of which at most 8 files come back) that gets record.md
+#   and logs.tar.gz (LOGDIR without checkpoints) after each step.
 # Environment: PYTHON (default: python3 there, .venv/bin/python here), BUILD (default build-gpu; an
-# existing build folder is only rebuilt), JOBS, BUDGET_S (default none).
+# existing build folder is only rebuilt), JOBS, BUDGET_S (default none), RESULTS (default none).
 set -uo pipefail
 root=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
 cd "$root"
@@ -88,6 +90,11 @@ write_record() {
     echo "MFU: 6 x (encoder non-embedding parameters x source tokens + decoder's x target tokens) + 6 x d x V x"
     echo "target tokens + 12 x d x (S^2 per encoder layer, T^2 + T x S per decoder layer) per sentence, over 989 TFLOP/s."
   } >"$logs/record.md"
+  if [ -n "${RESULTS:-}" ]; then
+    mkdir -p "$RESULTS"
+    cp "$logs/record.md" "$RESULTS/record.md"
+    tar -C "$logs" --exclude='*.pt' --exclude='ckpt-*' -czf "$RESULTS/logs.tar.gz" . 2>/dev/null
+  fi
 }
 
 # --- what this machine is
@@ -230,7 +237,7 @@ elif [ -d "$fixture/data-bin" ]; then
   # The CPU's run: prepare.sh's when it is for this commit and as many updates, else here, beside.
   cpu_fp32= cpu_where=
   if [ -f .gpu-deps/cpu-fp32-loss ]; then
-    read -r loss n for_commit <.gpu-deps/cpu-fp32-loss
+    read -r loss n for_commit _ <.gpu-deps/cpu-fp32-loss
     if [ "$n" = "$updates" ] && [ "$for_commit" = "$(cat .gpu-deps/commit 2>/dev/null)" ]; then
       cpu_fp32=$loss cpu_where=", run by prepare.sh on the CPU machine"
     fi
@@ -278,12 +285,14 @@ fi
 if [ "$quick" = 1 ]; then
   sizes=("transformer 4000 1024 32"); iters=(2 1)
 else
-  sizes=("transformer 32000 16384 64" "transformer_vaswani_wmt_en_de_big 32000 16384 64"
+  # The issue's goal first (transformer-big at 16,384 tokens: MFU, the PyTorch ratio, the
+  # profile), in case BUDGET_S ends the step early.
+  sizes=("transformer_vaswani_wmt_en_de_big 32000 16384 64" "transformer 32000 16384 64"
          "transformer_vaswani_wmt_en_de_big 32000 32768 64" "transformer_vaswani_wmt_en_de_big 32000 65536 64")
   iters=(20 5)
 fi
 # One size is also profiled after its timed steps (tools/bench/step_profile.h): its shares make a row.
-profiled=${sizes[$([ "$quick" = 1 ] && echo 0 || echo 1)]}
+profiled=${sizes[0]}
 echo "arch precision device tokens/step step_ms tokens/s peak_GiB TFLOP/s MFU" >"$logs/throughput.txt"
 want throughput || sizes=()
 for size in "${sizes[@]}"; do

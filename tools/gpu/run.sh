@@ -132,7 +132,11 @@ use_prebuilt() {
   local packed=$root/.gpu-deps/prebuilt.tar.xz dir
   [ -f "$packed" ] || return 1
   dir=$(cat "$root/.gpu-deps/prebuilt-dir")
-  mkdir -p "$dir" && tar -C "$dir" -xJf "$packed"
+  mkdir -p "$dir"
+  # (Python's lzma where tar finds no xz)
+  tar -C "$dir" -xJf "$packed" 2>/dev/null || "$PYTHON" -c 'import sys, tarfile
+kw = {"filter": "tar"} if hasattr(tarfile, "tar_filter") else {}
+tarfile.open(sys.argv[1]).extractall(sys.argv[2], **kw)' "$packed" "$dir"
   if ! "$dir/fairseq-cpp-train" --help >"$logs/prebuilt.log" 2>&1; then
     note "prebuilt programs" "do not run here (prebuilt.log): compiling"
     return 1

@@ -30,9 +30,12 @@ head=$(git rev-parse HEAD)
   echo "prepare.sh: the tree has uncommitted changes; the programs are built from it as it is" >&2
 # What the CPU's parity run depends on: the trees of the code that trains.
 code=$(git rev-parse HEAD:fairseq_cpp HEAD:cli HEAD:configs HEAD:CMakeLists.txt | sha1sum | cut -c1-12)
-kept=
-if [ -f "$dest/cpu-fp32-loss" ] && [ "$(cut -d' ' -f4 "$dest/cpu-fp32-loss")" = "$code" ]; then
-  kept=$(cut -d' ' -f1,2 "$dest/cpu-fp32-loss")
+kept= last=$dest/cpu-fp32-loss
+[ -f "$last" ] || last=$root/.gpu-cpu-fp32-loss.kept  # left by a prepare.sh that failed below
+if [ -f "$last" ] && [ "$(cut -d' ' -f4 "$last")" = "$code" ]; then
+  kept=$(cut -d' ' -f1,2 "$last")
+  # (kept beside until the end: a failure below must not lose 10 minutes of CPU)
+  [ "$last" = "$root/.gpu-cpu-fp32-loss.kept" ] || cp "$last" "$root/.gpu-cpu-fp32-loss.kept"
 fi
 rm -rf "$dest"
 bash ../shared/gpu/prepare-deps.sh "$dest" >/dev/null
@@ -49,11 +52,13 @@ ln -sfn "$(cd ../shared && pwd)" .gpu-shared
 
 # The programs and tests, as built here.
 [ -f "$build/build.ninja" ] || { echo "prepare.sh: no $build: run tools/setup.sh --torch wheel first" >&2; exit 1; }
-cmake --build "$build" >/dev/null
+buildlog=$(mktemp)
+cmake --build "$build" >"$buildlog" 2>&1 || { tail -30 "$buildlog" >&2; echo "prepare.sh: the build failed" >&2; exit 1; }
+rm -f "$buildlog"
 pack=$(mktemp -d)
 trap 'rm -rf "$pack"' EXIT
 mkdir -p "$pack/tests" "$pack/tools/bench"
-cp "$build"/fairseq-cpp-* "$pack/"
+cp "$build"/fairseq-cpp-* "$build/libfsq_spm.so" "$pack/"
 cp "$build"/tests/fsq_*_tests "$build/tests/fsq_dist_probe" "$pack/tests/"
 cp "$build/tools/bench/fsq_bench_train_step" "$pack/tools/bench/"
 find "$pack" -type f -exec strip --strip-unneeded {} +
@@ -64,6 +69,7 @@ fx=.gpu-shared/fixtures/fairseq-v0.9
 # "LOSS UPDATES COMMIT CODE": run.sh takes it when COMMIT is .gpu-deps/commit.
 if [ -n "$kept" ]; then
   echo "$kept $head $code" >"$dest/cpu-fp32-loss"
+  rm -f "$root/.gpu-cpu-fp32-loss.kept"
 elif [ "$cpu_reference" = 1 ]; then
   logs=$(mktemp -d)
   BUILD=$build tools/gpu/run.sh "$logs" --steps cpu-reference >/dev/null
@@ -72,8 +78,8 @@ elif [ "$cpu_reference" = 1 ]; then
   rm -rf "$logs"
 fi
 carried=$(du -cb "$dest" "$fx/checkpoint_best.pt" "$fx/data-bin" "$fx/generate-test-beam5.txt" | tail -1 | cut -f1)
-tree=$(git ls-files -z | xargs -0 du -cb | tail -1 | cut -f1)
+tree=$(git ls-files -z | du -cb --files0-from=- | tail -1 | cut -f1)
 echo "ready: $dest ($(du -sh "$dest" | cut -f1)), commit $head$([ -f "$dest/cpu-fp32-loss" ] && echo ", CPU fp32 loss $(cut -d' ' -f1 "$dest/cpu-fp32-loss")")"
 echo "travels: $(( (carried + tree) / 1048576 )) MiB of 64 (the tree $(( tree / 1048576 )) MiB)"
-echo "device run: command 'BUDGET_S=480 RESULTS=\$OUT tools/gpu/run.sh /tmp/gpu-logs', timeout_s 600, carry [\".gpu-deps\", \"$fx/checkpoint_best.pt\"," \
+echo "device run: command 'BUDGET_S=400 LIMIT_S=540 RESULTS=\$OUT tools/gpu/run.sh /tmp/gpu-logs', timeout_s 600, carry [\".gpu-deps\", \"$fx/checkpoint_best.pt\"," \
   "\"$fx/data-bin\", \"$fx/generate-test-beam5.txt\"]"

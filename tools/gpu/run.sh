@@ -14,7 +14,8 @@
 # On a CPU machine it says that no GPU is present and runs the same steps, shortened by --quick.
 #
 #   tools/gpu/prepare.sh --cpu-reference                   # here, first: .gpu-deps/ and .gpu-shared
-#   device run: BUDGET_S=480 RESULTS=$OUT tools/gpu/run.sh /tmp/gpu-logs   # carry what prepare.sh prints
+#   device run: BUDGET_S=400 LIMIT_S=540 RESULTS=$OUT tools/gpu/run.sh /tmp/gpu-logs   # timeout_s 600;
+#               carry what prepare.sh prints
 #   tools/gpu/run.sh LOGDIR [--quick] [--shared DIR] [--steps LIST]
 #     DIR: shared/ (default: .gpu-shared, ../shared); LIST: some of build,tests,parity,generate,
 #     throughput,overlap (default all, run in that order), or cpu-reference alone (what prepare.sh
@@ -29,12 +30,14 @@
 #   .../cuda or ..._cuda in the others), 8 programs at a time.
 # - the CPU's parity run comes from prepare.sh (.gpu-deps/cpu-fp32-loss) when it is for this
 #   commit; else it runs there beside the device's.
-# - BUDGET_S: a step that would start after that many seconds is skipped (and says so), so that
-#   the call ends within its limit with the table written; record.md is rewritten after each step.
+# - BUDGET_S: a step that would start after that many seconds is skipped (and says so); LIMIT_S:
+#   every long command is stopped (timeout) at that many seconds of the call, so that the call ends
+#   within its limit with the table written; record.md is rewritten after each step.
 # - RESULTS: a folder (the device's $OUT, of which at most 8 files come back) that gets record.md
-#   and logs.tar.gz (LOGDIR without checkpoints) after each step.
+#   and logs.tar.gz (LOGDIR without checkpoints) after each step and every 45 s (written aside and
+#   renamed: a call killed meanwhile leaves the last whole one).
 # Environment: PYTHON (default: python3 there, .venv/bin/python here), BUILD (default build-gpu; an
-# existing build folder is only rebuilt), JOBS, BUDGET_S (default none), RESULTS (default none).
+# existing build folder is only rebuilt), JOBS, BUDGET_S, LIMIT_S, RESULTS (default: none of them).
 set -uo pipefail
 root=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
 cd "$root"
@@ -46,8 +49,8 @@ steps=build,tests,parity,generate,throughput,overlap
 while [ $# -gt 0 ]; do
   case $1 in
     --quick) quick=1 ;;
-    --shared) shared=$2; shift ;;
-    --steps) steps=$2; shift ;;
+    --shared) shared=${2:?--shared needs a folder}; shift ;;
+    --steps) steps=${2:?--steps needs a list}; shift ;;
     *) echo "run.sh: unknown argument $1" >&2; exit 2 ;;
   esac
   shift
@@ -67,6 +70,20 @@ rows=()   # "step|result" for the table
 note() { rows+=("$1|$2"); echo "== $1: $2"; write_record; }  # (after the machine's facts are known)
 started_at=$(date +%s)
 budget=${BUDGET_S:-0}
+limit=${LIMIT_S:-0}
+# Seconds left before LIMIT_S (a large number without it).
+left() {
+  if [ "$limit" -gt 0 ]; then
+    local n=$(( started_at + limit - $(date +%s) ))
+    echo $(( n > 1 ? n : 1 ))
+  else
+    echo 100000
+  fi
+}
+# A long command, stopped when LIMIT_S comes (exit 124, or 137 after 5 s more).
+bounded() { timeout -k 5 "$(left)" "$@"; }
+# What a missing result means: "cut off (LIMIT_S)" once the limit came, else "failed".
+failed() { if [ "$limit" -gt 0 ] && [ "$(left)" -le 1 ]; then echo "cut off (LIMIT_S)"; else echo failed; fi; }
 # Whether STEP may start: with BUDGET_S, not after that many seconds of this call (it says so).
 want() {
   [[ ",$steps," == *",$1,"* ]] || return 1
@@ -81,7 +98,7 @@ write_record() {
   {
     echo "## $(date -u '+%Y-%m-%d') · $gpu · commit $commit"
     echo
-    echo "\`$([ "$budget" -gt 0 ] && echo "BUDGET_S=$budget ")tools/gpu/run.sh LOGDIR$([ "$quick" = 1 ] && echo ' --quick')\`; driver $driver, PyTorch $torch_version."
+    echo "\`$([ "$budget" -gt 0 ] && echo "BUDGET_S=$budget ")$([ "$limit" -gt 0 ] && echo "LIMIT_S=$limit ")tools/gpu/run.sh LOGDIR$([ "$quick" = 1 ] && echo ' --quick')\`; driver $driver, PyTorch $torch_version."
     echo
     echo "| step | result |"
     echo "| --- | --- |"
@@ -90,11 +107,15 @@ write_record() {
     echo "MFU: 6 x (encoder non-embedding parameters x source tokens + decoder's x target tokens) + 6 x d x V x"
     echo "target tokens + 12 x d x (S^2 per encoder layer, T^2 + T x S per decoder layer) per sentence, over 989 TFLOP/s."
   } >"$logs/record.md"
-  if [ -n "${RESULTS:-}" ]; then
-    mkdir -p "$RESULTS"
-    cp "$logs/record.md" "$RESULTS/record.md"
-    tar -C "$logs" --exclude='*.pt' --exclude='ckpt-*' -czf "$RESULTS/logs.tar.gz" . 2>/dev/null
-  fi
+  publish
+}
+# RESULTS gets record.md and the logs, each written aside and renamed into place.
+publish() {
+  [ -n "${RESULTS:-}" ] || return 0
+  mkdir -p "$RESULTS"
+  cp "$logs/record.md" "$RESULTS/.record.md.tmp" 2>/dev/null && mv -f "$RESULTS/.record.md.tmp" "$RESULTS/record.md"
+  tar -C "$logs" --exclude='*.pt' --exclude='ckpt-*' -czf "$RESULTS/.logs.tar.gz.tmp" . 2>/dev/null
+  mv -f "$RESULTS/.logs.tar.gz.tmp" "$RESULTS/logs.tar.gz"
 }
 
 # --- what this machine is
@@ -108,7 +129,9 @@ else
   quick=1
 fi
 torch_version=$("$PYTHON" -c 'import torch; print(torch.__version__)')
-commit=$(git rev-parse --short HEAD 2>/dev/null || cut -c1-7 .gpu-deps/commit 2>/dev/null || echo unknown)
+# The prepared commit where prepare.sh ran (the tree travels without .git; a git above it there
+# would be another repository's).
+if [ -f .gpu-deps/commit ]; then commit=$(cut -c1-7 .gpu-deps/commit); else commit=$(git rev-parse --short HEAD 2>/dev/null || echo unknown); fi
 {
   echo "date: $(date -u '+%Y-%m-%d %H:%M UTC')"; echo "commit: $commit"; echo "gpu: $gpu"; echo "driver: $driver"
   echo "torch: $torch_version ($PYTHON)"; echo "nvcc: $(nvcc --version 2>/dev/null | tail -1)"
@@ -116,6 +139,11 @@ commit=$(git rev-parse --short HEAD 2>/dev/null || cut -c1-7 .gpu-deps/commit 2>
   nvidia-smi 2>/dev/null
 } >"$logs/env.txt"
 note "machine" "$gpu, driver $driver, PyTorch $torch_version, commit $commit"
+if [ -n "${RESULTS:-}" ]; then  # the logs of a step that hangs come back too
+  (while sleep 45; do publish; done) &
+  publisher=$!
+  trap 'kill $publisher 2>/dev/null' EXIT
+fi
 
 # --- build
 if [ -d .gpu-deps/prefix ]; then
@@ -141,11 +169,12 @@ tarfile.open(sys.argv[1]).extractall(sys.argv[2], **kw)' "$packed" "$dir"
     note "prebuilt programs" "do not run here (prebuilt.log): compiling"
     return 1
   fi
-  [ -e ../shared ] || ln -s "$root/.gpu-shared" ../shared
-  export FSQ_SOURCE_DIR=$root FSQ_BIN_DIR=$root/$dir FSQ_PYTHON=$PYTHON
+  export FSQ_SOURCE_DIR=$root FSQ_BIN_DIR=$root/$dir FSQ_PYTHON=$PYTHON FSQ_SPM_LIBRARY=$root/$dir/libfsq_spm.so
   build=$dir
   prebuilt=1
 }
+# The tests read the fixture from ../shared: there, the carried one.
+[ -e ../shared ] || [ ! -d .gpu-shared/fixtures ] || ln -s "$root/.gpu-shared" ../shared
 prebuilt=0
 if want build && [ ! -f "$build/build.ninja" ] && use_prebuilt; then
   note "build" "none: the programs and tests prepare.sh built on the CPU machine, for commit $commit, in $build"
@@ -173,7 +202,10 @@ fi
 # --- tests
 tests() {  # NAME CTEST-ARGS...
   local name=$1; shift
-  (cd "$build" && ctest "$@" --timeout 900 -j "$( [ "$quick" = 1 ] && echo 2 || echo 8 )" >"$logs/ctest-$name.log" 2>&1)
+  local t
+  t=$(left)
+  (cd "$build" && bounded ctest "$@" --timeout $(( t < 900 ? t : 900 )) -j "$( [ "$quick" = 1 ] && echo 2 || echo 8 )" \
+    >"$logs/ctest-$name.log" 2>&1)
   local summary
   summary=$(grep -E 'tests passed|No tests were found' "$logs/ctest-$name.log" | tail -1)
   note "tests ($name)" "${summary:-did not finish (ctest-$name.log)}"
@@ -183,15 +215,22 @@ tests() {  # NAME CTEST-ARGS...
 # running its tests matching FILTER in one process; a crash shows as its exit status).
 gtests() {
   local name=$1 filter=$2; shift 2
-  printf '%s\n' "$@" | xargs -P 8 -I{} sh -c \
-    '"$1" --gtest_filter="$2" --gtest_brief=1 >"$3/gtest-$4-$(basename "$1").log" 2>&1; echo "$(basename "$1") $?"' \
+  printf '%s\n' "$@" | bounded xargs -P 8 -I{} sh -c \
+    '"$1" --gtest_filter="$2" >"$3/gtest-$4-$(basename "$1").log" 2>&1; rc=$?; echo "$(basename "$1") $rc"' \
     _ {} "$filter" "$logs" "$name" >"$logs/gtest-$name.status"
-  local passed failed crashed
+  local passed failed skipped abnormal
   passed=$(cat "$logs"/gtest-"$name"-*.log | sed -n 's/^\[  PASSED  \] \([0-9]*\) test.*/\1/p' | awk '{s += $1} END {print s + 0}')
-  failed=$(cat "$logs"/gtest-"$name"-*.log | sed -n 's/^\[  FAILED  \] \([0-9]*\) test.*/\1/p' | awk '{s += $1} END {print s + 0}')
-  crashed=$(awk '$2 != 0 && $2 != 1 {printf "%s%s (exit %s)", sep, $1, $2; sep = ", "}' "$logs/gtest-$name.status")
-  note "tests ($name)" "$passed passed, $failed failed${crashed:+; ended abnormally: $crashed} (gtest-$name-*.log)"
-  grep -h '^\[  FAILED  \] [A-Za-z]' "$logs"/gtest-"$name"-*.log | head -10
+  # Each failed test, once (gtest names it when it fails and again in its summary).
+  failed=$(cat "$logs"/gtest-"$name"-*.log | grep '^\[  FAILED  \] [A-Za-z]' | sed 's/ (.*//' | sort -u | grep -c .)
+  skipped=$(cat "$logs"/gtest-"$name"-*.log | grep '^\[  SKIPPED \] [A-Za-z]' | sed 's/ (.*//' | sort -u | grep -c .)
+  # A program that did not end with 0 or its tests' failure (1 with a failed test); one that never
+  # ended (LIMIT_S) is missing from the status file.
+  abnormal=$(awk -v failed="$failed" '$2 != 0 && !($2 == 1 && failed > 0) {printf "%s%s (exit %s)", sep, $1, $2; sep = ", "}' "$logs/gtest-$name.status")
+  local ended
+  ended=$(wc -l <"$logs/gtest-$name.status")
+  [ "$ended" -lt $# ] && abnormal="${abnormal:+$abnormal, }$(( $# - ended )) of $# programs cut off by LIMIT_S"
+  note "tests ($name)" "$passed passed, $failed failed, $skipped skipped${abnormal:+; ended abnormally: $abnormal} (gtest-$name-*.log)"
+  grep -h '^\[  FAILED  \] [A-Za-z]' "$logs"/gtest-"$name"-*.log | sed 's/ (.*//' | sort -u | head -10
 }
 if ! want tests; then
   :
@@ -206,14 +245,9 @@ elif [ "$prebuilt" = 1 ]; then
     gtests cpu-instances '*/cpu:*_cpu' "${others[@]}"  # the same runner, on the CPU twins
   fi
 elif [ "$gpu" != none ]; then
+  # Built here: CTest knows the CUDA instances (their CPU twins ran in CI).
   tests gpu -L gpu
-  tests unit -L unit
-  # The CUDA instances of the device-parameterized suites: how many there are, and those outside
-  # the unit label (the unit run above ran the others).
-  cuda_all=$(cd "$build" && ctest -N -R '[/_]cuda( |$)' | grep -c 'Test *#')
-  cuda_unit=$(cd "$build" && ctest -N -L unit -R '[/_]cuda( |$)' | grep -c 'Test *#')
-  note "device-parameterized suites" "$cuda_all test instances on CUDA ($cuda_unit of them in the unit run)"
-  tests cuda-other -LE unit -R '[/_]cuda( |$)'
+  tests cuda -R '[/_]cuda( |$)'
 else
   note "tests (gpu)" "not run: no GPU here (fsq_gpu_tests fail without CUDA, by design)"
   tests unit -L unit
@@ -223,7 +257,7 @@ fi
 updates=$([ "$quick" = 1 ] && echo 20 || echo 544)
 train() {  # NAME ARGS...
   local name=$1; shift
-  "$build/fairseq-cpp-train" configs/multi30k_transformer_small.yaml task.data="$fixture/data-bin" \
+  bounded "$build/fairseq-cpp-train" configs/multi30k_transformer_small.yaml task.data="$fixture/data-bin" \
     checkpoint.save_dir="$logs/ckpt-$name" checkpoint.no_save=true optimization.max_update="$updates" \
     dataset.validate_interval_updates="$updates" common.log_format=simple "$@" >"$logs/train-$name.log" 2>&1
   sed -n "s/.*valid on 'valid' subset | loss \([0-9.]*\).*/\1/p" "$logs/train-$name.log" | tail -1
@@ -258,15 +292,20 @@ elif [ -d "$fixture/data-bin" ]; then
   fi
   rel() { awk -v a="$1" -v b="$2" 'BEGIN { if (a == "" || b == "") print "n/a"; else printf "%+.2f%%", 100 * (a - b) / b }'; }
   note "Multi30k $updates updates, valid loss" \
-    "device fp32 ${dev_fp32:-failed} ($(rel "$dev_fp32" "$cpu_fp32") vs CPU fp32 ${cpu_fp32:-failed}$cpu_where), bf16 ${dev_bf16:-failed} ($(rel "$dev_bf16" "$dev_fp32") vs fp32)"
+    "device fp32 ${dev_fp32:-$(failed)} ($(rel "$dev_fp32" "$cpu_fp32") vs CPU fp32 ${cpu_fp32:-$(failed)}$cpu_where), bf16 ${dev_bf16:-$(failed)} ($(rel "$dev_bf16" "$dev_fp32") vs fp32)"
 else
   note "Multi30k parity" "skipped: no fixture at $fixture (carry .gpu-shared/fixtures/fairseq-v0.9)"
 fi
 
 # --- generation with the fixture checkpoint against fairseq's own output
-if want generate && [ -f "$fixture/checkpoint_best.pt" ]; then
-  tools/fairseq-import "$fixture/checkpoint_best.pt" "$logs/imported.pt" >/dev/null 2>&1
-  "$build/fairseq-cpp-generate" "$fixture/data-bin" --path "$logs/imported.pt" --gen-subset test --beam 5 \
+if ! want generate; then
+  :
+elif [ ! -f "$fixture/checkpoint_best.pt" ]; then
+  note "generation" "skipped: no $fixture/checkpoint_best.pt (carry it)"
+elif ! "$PYTHON" tools/fairseq-import "$fixture/checkpoint_best.pt" "$logs/imported.pt" >"$logs/import.log" 2>&1; then
+  note "generation" "failed: the fixture checkpoint's import (import.log)"
+else
+  bounded "$build/fairseq-cpp-generate" "$fixture/data-bin" --path "$logs/imported.pt" --gen-subset test --beam 5 \
     --batch-size 128 --remove-bpe sentencepiece >"$logs/generate.txt" 2>"$logs/generate.log"
   same=$("$PYTHON" - "$logs/generate.txt" "$fixture/generate-test-beam5.txt" <<'PY'
 import sys
@@ -282,7 +321,7 @@ print(f"{sum(ours.get(k) == v for k, v in theirs.items())} of {len(theirs)}")
 PY
 )
   speed=$(grep -ho "([0-9.]* sentences/s, [0-9.]* tokens/s)" "$logs/generate.log" "$logs/generate.txt" | tail -1)
-  note "generation, fixture checkpoint, beam 5" "H- lines equal to fairseq's: $same; $speed"
+  note "generation, fixture checkpoint, beam 5" "H- lines equal to fairseq's: $same; ${speed:-no speed line: $(failed) (generate.log)}"
 fi
 
 # --- throughput: ours and plain PyTorch on the same model, batch and precision
@@ -304,40 +343,48 @@ for size in "${sizes[@]}"; do
   want throughput || break
   profile=()
   [ "$size" = "$profiled" ] && { profile=(--profile "$logs/profile.txt"); rm -f "$logs/profile.txt"; }
-  out=$("$build/tools/bench/fsq_bench_train_step" --arch "$arch" --vocab "$vocab" --max-tokens "$tokens" --len "$len" \
+  out=$(bounded "$build/tools/bench/fsq_bench_train_step" --arch "$arch" --vocab "$vocab" --max-tokens "$tokens" --len "$len" \
     --bf16 1 --iters "${iters[0]}" --warmup "${iters[1]}" "${profile[@]}" 2>>"$logs/throughput.log")
   ours=$(grep -v '^profile: ' <<<"$out")
   echo "$ours" >>"$logs/throughput.txt"
   cpu_flag=$([ "$gpu" = none ] && echo cpu)
-  eager=$("$PYTHON" tools/bench/train_step_ref.py "$arch" "$vocab" "$tokens" "$len" bf16 "${iters[0]}" "${iters[1]}" \
+  eager=$(bounded "$PYTHON" tools/bench/train_step_ref.py "$arch" "$vocab" "$tokens" "$len" bf16 "${iters[0]}" "${iters[1]}" \
     $cpu_flag 2>>"$logs/throughput.log")
   # torch.compile takes minutes per shape: for the profiled size only (transformer-big, 16,384
-  # tokens: the issue's goal), and not without a GPU.
-  compiled=$([ "$gpu" = none ] || [ "$size" != "$profiled" ] && echo "- -" || "$PYTHON" tools/bench/train_step_ref.py "$arch" "$vocab" "$tokens" \
-    "$len" bf16 "${iters[0]}" "${iters[1]}" compile 2>>"$logs/throughput.log")
+  # tokens: the issue's goal), not without a GPU, and only with 4 minutes left before LIMIT_S.
+  if [ "$gpu" = none ] || [ "$size" != "$profiled" ]; then
+    compiled="- -" compiled_note="-"
+  elif [ "$(left)" -lt 240 ]; then
+    compiled="" compiled_note="skipped (LIMIT_S near)"
+  else
+    compiled=$(bounded "$PYTHON" tools/bench/train_step_ref.py "$arch" "$vocab" "$tokens" "$len" bf16 "${iters[0]}" \
+      "${iters[1]}" compile 2>>"$logs/throughput.log")
+    compiled_note="failed (throughput.log)"
+  fi
   read -r _ _ _ _ _ our_tps our_gib _ our_mfu <<<"$ours"
   read -r eager_tps _ <<<"$eager"
   read -r compiled_tps _ <<<"$compiled"
+  [ "$compiled_tps" = - ] && compiled_tps=""
   best=$(printf '%s\n%s\n' "${eager_tps:-0}" "${compiled_tps:-0}" | sort -g | tail -1)
   ratio=$(awk -v a="${our_tps:-0}" -v b="$best" 'BEGIN { if (b > 0) printf "%.2fx", a / b; else print "n/a" }')
   note "train step $arch bf16, $tokens tokens" \
-    "ours ${our_tps:-failed} tok/s, ${our_gib:-?} GiB, MFU ${our_mfu:-?}; PyTorch eager ${eager_tps:-failed}, compile ${compiled_tps:--}; ours/best $ratio"
+    "ours ${our_tps:-$(failed)} tok/s, ${our_gib:-?} GiB, MFU ${our_mfu:-?}; PyTorch eager ${eager_tps:-$(failed)}, compile ${compiled_tps:-$compiled_note}; ours/best $ratio"
   if [ ${#profile[@]} -gt 0 ]; then
     shares=$(sed -n 's/^profile: //p' <<<"$out")
-    note "profile of a step ($arch bf16, $tokens tokens)" "${shares:-failed (throughput.log)}${shares:+; table: profile.txt}"
+    note "profile of a step ($arch bf16, $tokens tokens)" "${shares:-$(failed) (throughput.log)}${shares:+; table: profile.txt}"
   fi
 done
 
 # --- the gradient all-reduce during backward against after it (issue 18's overlap)
 if want overlap; then
   if [ "$gpu" != none ]; then
-    PYTHON="$PYTHON" DATA="$fixture/data-bin" DEVICE=cuda tools/bench/overlap.sh "$build" 30 3 >"$logs/overlap.txt" 2>"$logs/overlap.log"
+    PYTHON="$PYTHON" DATA="$fixture/data-bin" DEVICE=cuda bounded tools/bench/overlap.sh "$build" 30 3 >"$logs/overlap.txt" 2>"$logs/overlap.log"
   else
-    PYTHON="$PYTHON" DATA="$fixture/data-bin" tools/bench/overlap.sh "$build" 8 1 >"$logs/overlap.txt" 2>"$logs/overlap.log"
+    PYTHON="$PYTHON" DATA="$fixture/data-bin" bounded tools/bench/overlap.sh "$build" 8 1 >"$logs/overlap.txt" 2>"$logs/overlap.log"
   fi
   hidden=$(sed -n 's/^hidden behind backward: //p' "$logs/overlap.txt")
   note "all-reduce during backward, 2 Gloo workers$([ "$gpu" != none ] && echo ' sharing the GPU')" \
-    "${hidden:-failed (overlap.log)}${hidden:+; overlap.txt}"
+    "${hidden:-$(failed) (overlap.log)}${hidden:+; overlap.txt}"
 fi
 
 # --- the table (record.md, for docs/benchmarks/gpu.md, is already written)

@@ -141,8 +141,7 @@ class ProcessGroupGang : public Gang {
     c10::intrusive_ptr<c10d::Work> work;
     note_started(what);
     try {
-      auto start = [&] { return backend_->allreduce(tensors, c10d::AllreduceOptions{}); };
-      work = started(start);
+      work = started([&] { return backend_->allreduce(tensors, c10d::AllreduceOptions{}); });
     } catch (const c10::Error& e) {
       fail(what, core::torch_message(e.what_without_backtrace()));
     }
@@ -233,7 +232,7 @@ class ProcessGroupGang : public Gang {
   // process's Gloo gangs start theirs one at a time. NCCL's is left alone: its first collective
   // waits for its peers, and its ranks are processes of their own.
   template <typename Start>
-  auto started(Start& start) -> decltype(start()) {
+  auto started(Start&& start) -> decltype(start()) {
     if (options_.backend != "gloo") return start();
     static std::mutex starting;
     std::lock_guard<std::mutex> lock(starting);

@@ -84,9 +84,12 @@ left() {
 bounded() { timeout -k 5 "$(left)" "$@"; }
 # What a missing result means: "cut off (LIMIT_S)" once the limit came, else "failed".
 failed() { if [ "$limit" -gt 0 ] && [ "$(left)" -le 1 ]; then echo "cut off (LIMIT_S)"; else echo failed; fi; }
-# Whether STEP may start: with BUDGET_S, not after that many seconds of this call (it says so).
+# Whether --steps names STEP.
+listed() { [[ ",$steps," == *",$1,"* ]]; }
+# Whether STEP may start: listed, and with BUDGET_S, not after that many seconds of this call (it
+# says so).
 want() {
-  [[ ",$steps," == *",$1,"* ]] || return 1
+  listed "$1" || return 1
   if [ "$budget" -gt 0 ] && [ $(( $(date +%s) - started_at )) -ge "$budget" ]; then
     note "$1" "skipped: BUDGET_S=$budget seconds spent"
     return 1
@@ -109,13 +112,15 @@ write_record() {
   } >"$logs/record.md"
   publish
 }
-# RESULTS gets record.md and the logs, each written aside and renamed into place.
+# RESULTS gets record.md and the logs, each written aside and renamed into place (aside under
+# this shell's pid: the periodic publisher below runs beside the steps' own).
 publish() {
   [ -n "${RESULTS:-}" ] || return 0
   mkdir -p "$RESULTS"
-  cp "$logs/record.md" "$RESULTS/.record.md.tmp" 2>/dev/null && mv -f "$RESULTS/.record.md.tmp" "$RESULTS/record.md"
-  tar -C "$logs" --exclude='*.pt' --exclude='ckpt-*' -czf "$RESULTS/.logs.tar.gz.tmp" . 2>/dev/null
-  mv -f "$RESULTS/.logs.tar.gz.tmp" "$RESULTS/logs.tar.gz"
+  local aside=$RESULTS/.$BASHPID
+  cp "$logs/record.md" "$aside.md" 2>/dev/null && mv -f "$aside.md" "$RESULTS/record.md"
+  tar -C "$logs" --exclude='*.pt' --exclude='ckpt-*' -czf "$aside.tar.gz" . 2>/dev/null
+  mv -f "$aside.tar.gz" "$RESULTS/logs.tar.gz"
 }
 
 # --- what this machine is
@@ -191,7 +196,7 @@ fi
 start=$(date +%s)
 if [ "$prebuilt" = 1 ]; then
   :
-elif ! [[ ",$steps," == *,build,* ]] && [ -x "$build/fairseq-cpp-train" ]; then
+elif ! listed build && [ -x "$build/fairseq-cpp-train" ]; then
   note "build" "not rebuilt (--steps $steps): $build"
 elif cmake --build "$build" -j "${JOBS:-$(nproc)}" >"$logs/build.log" 2>&1; then
   note "build" "ok in $(( $(date +%s) - start )) s ($build)"
@@ -218,11 +223,14 @@ gtests() {
   printf '%s\n' "$@" | bounded xargs -P 8 -I{} sh -c \
     '"$1" --gtest_filter="$2" >"$3/gtest-$4-$(basename "$1").log" 2>&1; rc=$?; echo "$(basename "$1") $rc"' \
     _ {} "$filter" "$logs" "$name" >"$logs/gtest-$name.status"
-  local passed failed skipped abnormal
-  passed=$(cat "$logs"/gtest-"$name"-*.log | sed -n 's/^\[  PASSED  \] \([0-9]*\) test.*/\1/p' | awk '{s += $1} END {print s + 0}')
-  # Each failed test, once (gtest names it when it fails and again in its summary).
-  failed=$(cat "$logs"/gtest-"$name"-*.log | grep '^\[  FAILED  \] [A-Za-z]' | sed 's/ (.*//' | sort -u | grep -c .)
-  skipped=$(cat "$logs"/gtest-"$name"-*.log | grep '^\[  SKIPPED \] [A-Za-z]' | sed 's/ (.*//' | sort -u | grep -c .)
+  local out passed failures failed skipped abnormal
+  out=$(cat "$logs"/gtest-"$name"-*.log)
+  passed=$(sed -n 's/^\[  PASSED  \] \([0-9]*\) test.*/\1/p' <<<"$out" | awk '{s += $1} END {print s + 0}')
+  # Each test once (gtest names a failed or skipped test when it ends and again in its summary).
+  each() { grep "^\[  $1 \] [A-Za-z]" <<<"$out" | sed 's/ (.*//' | sort -u; }
+  failures=$(each 'FAILED ')
+  failed=$(grep -c . <<<"$failures")
+  skipped=$(each SKIPPED | grep -c .)
   # A program that did not end with 0 or its tests' failure (1 with a failed test); one that never
   # ended (LIMIT_S) is missing from the status file.
   abnormal=$(awk -v failed="$failed" '$2 != 0 && !($2 == 1 && failed > 0) {printf "%s%s (exit %s)", sep, $1, $2; sep = ", "}' "$logs/gtest-$name.status")
@@ -230,7 +238,7 @@ gtests() {
   ended=$(wc -l <"$logs/gtest-$name.status")
   [ "$ended" -lt $# ] && abnormal="${abnormal:+$abnormal, }$(( $# - ended )) of $# programs cut off by LIMIT_S"
   note "tests ($name)" "$passed passed, $failed failed, $skipped skipped${abnormal:+; ended abnormally: $abnormal} (gtest-$name-*.log)"
-  grep -h '^\[  FAILED  \] [A-Za-z]' "$logs"/gtest-"$name"-*.log | sed 's/ (.*//' | sort -u | head -10
+  head -10 <<<"$failures"
 }
 if ! want tests; then
   :
@@ -263,10 +271,10 @@ train() {  # NAME ARGS...
   sed -n "s/.*valid on 'valid' subset | loss \([0-9.]*\).*/\1/p" "$logs/train-$name.log" | tail -1
 }
 cpu_threads=$(( $(nproc) > 8 ? 8 : $(nproc) ))
-if [[ ",$steps," == *,cpu-reference,* ]]; then  # prepare.sh's: the full run, on this machine's CPU
+if listed cpu-reference; then  # prepare.sh's: the full run, on this machine's CPU
   updates=544
   loss=$(train cpu-fp32 common.cpu=true common.cpu_threads="$cpu_threads")
-  [ -n "$loss" ] && echo "$loss $updates $(git rev-parse HEAD)" >"$logs/cpu-fp32-loss"
+  [ -n "$loss" ] && echo "$loss $updates" >"$logs/cpu-fp32-loss"  # prepare.sh adds the commit
   note "Multi30k $updates updates on the CPU, fp32, valid loss" "${loss:-failed (train-cpu-fp32.log)}"
 fi
 if ! want parity; then

@@ -18,7 +18,8 @@
 #               carry what prepare.sh prints
 #   tools/gpu/run.sh LOGDIR [--quick] [--shared DIR] [--steps LIST]
 #     DIR: shared/ (default: .gpu-shared, ../shared); LIST: some of build,tests,parity,generate,
-#     throughput,overlap (default all, run in that order), or cpu-reference alone (what prepare.sh
+#     throughput,overlap (default all; run as build, tests, generate, throughput, parity, overlap:
+#     the device's own steps first), or cpu-reference alone (what prepare.sh
 #     runs: the CPU's fp32 parity run, kept in LOGDIR/cpu-fp32-loss).
 # A session has 15 minutes of device time, the machine's start included, so one call does it all:
 # - the build: prepare.sh compiles the wheel lane here (the same PyTorch 2.11 + CUDA 13 build as
@@ -29,7 +30,8 @@
 #   CUDA instances: they run from the test programs (fsq_gpu_tests whole, and every test named
 #   .../cuda or ..._cuda in the others), 8 programs at a time.
 # - the CPU's parity run comes from prepare.sh (.gpu-deps/cpu-fp32-loss) when it is for this
-#   commit; else it runs there beside the device's.
+#   commit; else it starts there after the build, on 8 cores beside the tests, generation and
+#   throughput (whose rows then say so), and the parity step waits for it.
 # - BUDGET_S: a step that would start after that many seconds is skipped (and says so); LIMIT_S:
 #   every long command is stopped (timeout) at that many seconds of the call, so that the call ends
 #   within its limit with the table written; record.md is rewritten after each step.
@@ -204,6 +206,39 @@ else
   note "build" "FAILED (build.log)"; grep -m5 -B2 -A8 'error' "$logs/build.log"; exit 1
 fi
 
+# --- Multi30k parity runs: fp32 and bf16 on the device, fp32 on the CPU, validation loss at the end
+updates=$([ "$quick" = 1 ] && echo 20 || echo 544)
+train() {  # NAME ARGS...
+  local name=$1; shift
+  bounded "$build/fairseq-cpp-train" configs/multi30k_transformer_small.yaml task.data="$fixture/data-bin" \
+    checkpoint.save_dir="$logs/ckpt-$name" checkpoint.no_save=true optimization.max_update="$updates" \
+    dataset.validate_interval_updates="$updates" common.log_format=simple "$@" >"$logs/train-$name.log" 2>&1
+  sed -n "s/.*valid on 'valid' subset | loss \([0-9.]*\).*/\1/p" "$logs/train-$name.log" | tail -1
+}
+cpu_threads=$(( $(nproc) > 8 ? 8 : $(nproc) ))
+if listed cpu-reference; then  # prepare.sh's: the full run, on this machine's CPU
+  updates=544
+  loss=$(train cpu-fp32 common.cpu=true common.cpu_threads="$cpu_threads")
+  [ -n "$loss" ] && echo "$loss $updates" >"$logs/cpu-fp32-loss"  # prepare.sh adds the commit
+  note "Multi30k $updates updates on the CPU, fp32, valid loss" "${loss:-failed (train-cpu-fp32.log)}"
+fi
+# The CPU's parity run (fp32, Multi30k): prepare.sh's when it is for this commit and as many
+# updates, else started here now, beside the tests, generation and throughput on $cpu_threads cores,
+# and waited for in the parity step (which runs after them: the device's own steps come first).
+cpu_fp32= cpu_where= cpu_job=
+if listed parity && [ -d "$fixture/data-bin" ]; then
+  if [ -f .gpu-deps/cpu-fp32-loss ]; then
+    read -r loss n for_commit _ <.gpu-deps/cpu-fp32-loss
+    if [ "$n" = "$updates" ] && [ "$for_commit" = "$(cat .gpu-deps/commit 2>/dev/null)" ]; then
+      cpu_fp32=$loss cpu_where=", run by prepare.sh on the CPU machine"
+    fi
+  fi
+  if [ -z "$cpu_fp32" ]; then
+    train cpu-fp32 common.cpu=true common.cpu_threads="$cpu_threads" >"$logs/loss-cpu" &
+    cpu_job=$!
+  fi
+fi
+
 # --- tests
 tests() {  # NAME CTEST-ARGS...
   local name=$1; shift
@@ -259,50 +294,6 @@ elif [ "$gpu" != none ]; then
 else
   note "tests (gpu)" "not run: no GPU here (fsq_gpu_tests fail without CUDA, by design)"
   tests unit -L unit
-fi
-
-# --- Multi30k parity: fp32 and bf16 on the device, fp32 on the CPU, validation loss at the end
-updates=$([ "$quick" = 1 ] && echo 20 || echo 544)
-train() {  # NAME ARGS...
-  local name=$1; shift
-  bounded "$build/fairseq-cpp-train" configs/multi30k_transformer_small.yaml task.data="$fixture/data-bin" \
-    checkpoint.save_dir="$logs/ckpt-$name" checkpoint.no_save=true optimization.max_update="$updates" \
-    dataset.validate_interval_updates="$updates" common.log_format=simple "$@" >"$logs/train-$name.log" 2>&1
-  sed -n "s/.*valid on 'valid' subset | loss \([0-9.]*\).*/\1/p" "$logs/train-$name.log" | tail -1
-}
-cpu_threads=$(( $(nproc) > 8 ? 8 : $(nproc) ))
-if listed cpu-reference; then  # prepare.sh's: the full run, on this machine's CPU
-  updates=544
-  loss=$(train cpu-fp32 common.cpu=true common.cpu_threads="$cpu_threads")
-  [ -n "$loss" ] && echo "$loss $updates" >"$logs/cpu-fp32-loss"  # prepare.sh adds the commit
-  note "Multi30k $updates updates on the CPU, fp32, valid loss" "${loss:-failed (train-cpu-fp32.log)}"
-fi
-if ! want parity; then
-  :
-elif [ -d "$fixture/data-bin" ]; then
-  # The CPU's run: prepare.sh's when it is for this commit and as many updates, else here, beside.
-  cpu_fp32= cpu_where=
-  if [ -f .gpu-deps/cpu-fp32-loss ]; then
-    read -r loss n for_commit _ <.gpu-deps/cpu-fp32-loss
-    if [ "$n" = "$updates" ] && [ "$for_commit" = "$(cat .gpu-deps/commit 2>/dev/null)" ]; then
-      cpu_fp32=$loss cpu_where=", run by prepare.sh on the CPU machine"
-    fi
-  fi
-  if [ -z "$cpu_fp32" ]; then
-    train cpu-fp32 common.cpu=true common.cpu_threads="$cpu_threads" >"$logs/loss-cpu" &
-    cpu_job=$!
-  fi
-  dev_fp32=$(train dev-fp32)
-  dev_bf16=$(train dev-bf16 common.bf16=true)
-  if [ -z "$cpu_fp32" ]; then
-    wait $cpu_job
-    cpu_fp32=$(cat "$logs/loss-cpu")
-  fi
-  rel() { awk -v a="$1" -v b="$2" 'BEGIN { if (a == "" || b == "") print "n/a"; else printf "%+.2f%%", 100 * (a - b) / b }'; }
-  note "Multi30k $updates updates, valid loss" \
-    "device fp32 ${dev_fp32:-$(failed)} ($(rel "$dev_fp32" "$cpu_fp32") vs CPU fp32 ${cpu_fp32:-$(failed)}$cpu_where), bf16 ${dev_bf16:-$(failed)} ($(rel "$dev_bf16" "$dev_fp32") vs fp32)"
-else
-  note "Multi30k parity" "skipped: no fixture at $fixture (carry .gpu-shared/fixtures/fairseq-v0.9)"
 fi
 
 # --- generation with the fixture checkpoint against fairseq's own output
@@ -369,6 +360,8 @@ for size in "${sizes[@]}"; do
       "${iters[1]}" compile 2>>"$logs/throughput.log")
     compiled_note="failed (throughput.log)"
   fi
+  beside=
+  [ -n "$cpu_job" ] && kill -0 "$cpu_job" 2>/dev/null && beside=" (the CPU's parity run on $cpu_threads cores beside)"
   read -r _ _ _ _ _ our_tps our_gib _ our_mfu <<<"$ours"
   read -r eager_tps _ <<<"$eager"
   read -r compiled_tps _ <<<"$compiled"
@@ -376,12 +369,30 @@ for size in "${sizes[@]}"; do
   best=$(printf '%s\n%s\n' "${eager_tps:-0}" "${compiled_tps:-0}" | sort -g | tail -1)
   ratio=$(awk -v a="${our_tps:-0}" -v b="$best" 'BEGIN { if (b > 0) printf "%.2fx", a / b; else print "n/a" }')
   note "train step $arch bf16, $tokens tokens" \
-    "ours ${our_tps:-$(failed)} tok/s, ${our_gib:-?} GiB, MFU ${our_mfu:-?}; PyTorch eager ${eager_tps:-$(failed)}, compile ${compiled_tps:-$compiled_note}; ours/best $ratio"
+    "ours ${our_tps:-$(failed)} tok/s, ${our_gib:-?} GiB, MFU ${our_mfu:-?}; PyTorch eager ${eager_tps:-$(failed)}, compile ${compiled_tps:-$compiled_note}; ours/best $ratio$beside"
   if [ ${#profile[@]} -gt 0 ]; then
     shares=$(sed -n 's/^profile: //p' <<<"$out")
     note "profile of a step ($arch bf16, $tokens tokens)" "${shares:-$(failed) (throughput.log)}${shares:+; table: profile.txt}"
   fi
 done
+
+# --- Multi30k parity: the device's runs, and the CPU's
+if ! want parity; then
+  [ -n "$cpu_job" ] && kill $cpu_job 2>/dev/null
+elif [ -d "$fixture/data-bin" ]; then
+  dev_fp32=$(train dev-fp32)
+  dev_bf16=$(train dev-bf16 common.bf16=true)
+  if [ -n "$cpu_job" ]; then
+    wait $cpu_job
+    cpu_fp32=$(cat "$logs/loss-cpu") cpu_job=
+    cpu_where=", run beside the steps above on $cpu_threads of this machine's cores"
+  fi
+  rel() { awk -v a="$1" -v b="$2" 'BEGIN { if (a == "" || b == "") print "n/a"; else printf "%+.2f%%", 100 * (a - b) / b }'; }
+  note "Multi30k $updates updates, valid loss" \
+    "device fp32 ${dev_fp32:-$(failed)} ($(rel "$dev_fp32" "$cpu_fp32") vs CPU fp32 ${cpu_fp32:-$(failed)}$cpu_where), bf16 ${dev_bf16:-$(failed)} ($(rel "$dev_bf16" "$dev_fp32") vs fp32)"
+else
+  note "Multi30k parity" "skipped: no fixture at $fixture (carry .gpu-shared/fixtures/fairseq-v0.9)"
+fi
 
 # --- the gradient all-reduce during backward against after it (issue 18's overlap)
 if want overlap; then

@@ -194,74 +194,78 @@ std::string hex(const unsigned char* bytes, size_t n) {
 
 }  // namespace
 
-std::map<std::string, uint64_t> verify_file(const std::string& path) {
-  const File f(path);
-  // The end record: the last "PK\5\6" whose comment reaches exactly to the end of the file.
+namespace {
+
+// Where the zip's end records say its central directory is, and the zip's comment.
+struct Directory {
+  uint64_t end = 0;        // where the end record starts
+  uint64_t count = 0;      // records
+  uint64_t cd_size = 0;    // the central directory's bytes
+  uint64_t cd_offset = 0;  // where it starts
+  uint64_t cd_end = 0;     // where it must end: the zip64 end record, else the end record
+  std::string comment;
+};
+
+// The zip64 end record and its locator, just before the end record (LibTorch and torch.save
+// always write them), read into `d`.
+void read_zip64_end(const File& f, Directory& d) {
+  const auto loc = f.read(d.end - kZip64LocatorSize, kZip64LocatorSize, "the zip64 locator");
+  const uint64_t z = u64(&loc[8]);
+  if (u32(&loc[4]) != 0 || u32(&loc[16]) != 1 || z + kZip64EndSize != d.end - kZip64LocatorSize)
+    f.damaged("the zip64 locator points elsewhere");
+  const auto z64 = f.read(z, kZip64EndSize, "the zip64 end record");
+  if (u32(z64.data()) != kZip64EndSignature || u64(&z64[4]) != kZip64EndSize - 12 || u32(&z64[16]) != 0 ||
+      u32(&z64[20]) != 0 || u64(&z64[24]) != u64(&z64[32]))
+    f.damaged("the zip64 end record is not what it should be");
+  auto agree = [&](uint64_t small, uint64_t big, uint64_t all_ones) { return small == all_ones || small == big; };
+  if (!agree(d.count, u64(&z64[32]), 0xFFFF) || !agree(d.cd_size, u64(&z64[40]), 0xFFFFFFFF) ||
+      !agree(d.cd_offset, u64(&z64[48]), 0xFFFFFFFF))
+    f.damaged("the end record and the zip64 end record disagree");
+  d.count = u64(&z64[32]);
+  d.cd_size = u64(&z64[40]);
+  d.cd_offset = u64(&z64[48]);
+  d.cd_end = z;
+}
+
+// The end record: the last "PK\5\6" whose comment reaches exactly to the end of the file.
+Directory read_end_records(const File& f) {
   const uint64_t tail_size = std::min<uint64_t>(f.size(), kEndSize + 0xFFFF);
   if (f.size() < kEndSize) f.damaged("{} bytes are too few for a zip", f.size());
   const auto tail = f.read(f.size() - tail_size, tail_size, "the end record");
-  uint64_t end = UINT64_MAX;
+  Directory d;
+  d.end = UINT64_MAX;
   for (size_t p = tail.size() - kEndSize + 1; p-- > 0;) {
     if (u32(&tail[p]) == kEndSignature && p + kEndSize + u16(&tail[p + 20]) == tail.size()) {
-      end = f.size() - tail_size + p;
+      d.end = f.size() - tail_size + p;
       break;
     }
   }
-  if (end == UINT64_MAX) f.damaged("no zip end record: the file is truncated, or not a zip");
-  const unsigned char* e = &tail[end - (f.size() - tail_size)];
-  const std::string comment(reinterpret_cast<const char*>(e + kEndSize), u16(e + 20));
+  if (d.end == UINT64_MAX) f.damaged("no zip end record: the file is truncated, or not a zip");
+  const unsigned char* e = &tail[d.end - (f.size() - tail_size)];
+  d.comment.assign(reinterpret_cast<const char*>(e + kEndSize), u16(e + 20));
   if (u16(e + 4) != 0 || u16(e + 6) != 0 || u16(e + 8) != u16(e + 10)) f.damaged("the end record names other disks");
-  uint64_t count = u16(e + 10), cd_size = u32(e + 12), cd_offset = u32(e + 16), cd_end = end;
-  // The zip64 end record and its locator, just before the end record (LibTorch and torch.save
-  // always write them).
-  if (end >= kZip64LocatorSize && u32(f.read(end - kZip64LocatorSize, 4, "the zip64 locator").data()) ==
-                                      kZip64LocatorSignature) {
-    const auto loc = f.read(end - kZip64LocatorSize, kZip64LocatorSize, "the zip64 locator");
-    const uint64_t z = u64(&loc[8]);
-    if (u32(&loc[4]) != 0 || u32(&loc[16]) != 1 || z + kZip64EndSize != end - kZip64LocatorSize)
-      f.damaged("the zip64 locator points elsewhere");
-    const auto z64 = f.read(z, kZip64EndSize, "the zip64 end record");
-    if (u32(z64.data()) != kZip64EndSignature || u64(&z64[4]) != kZip64EndSize - 12 || u32(&z64[16]) != 0 ||
-        u32(&z64[20]) != 0 || u64(&z64[24]) != u64(&z64[32]))
-      f.damaged("the zip64 end record is not what it should be");
-    auto agree = [&](uint64_t small, uint64_t big, uint64_t all_ones) { return small == all_ones || small == big; };
-    if (!agree(count, u64(&z64[32]), 0xFFFF) || !agree(cd_size, u64(&z64[40]), 0xFFFFFFFF) ||
-        !agree(cd_offset, u64(&z64[48]), 0xFFFFFFFF))
-      f.damaged("the end record and the zip64 end record disagree");
-    count = u64(&z64[32]);
-    cd_size = u64(&z64[40]);
-    cd_offset = u64(&z64[48]);
-    cd_end = z;
-  }
-  if (cd_offset > cd_end || cd_end - cd_offset != cd_size)
-    f.damaged("the central directory ({} bytes at {}) does not end where the end records begin", cd_size, cd_offset);
-  std::vector<Record> records = central_directory(f, cd_offset, cd_size, count);
-  // The records tile the file from its first byte to the central directory.
-  uint64_t next = 0;
-  for (Record& r : records) {
-    if (r.offset != next) f.damaged("record {} starts at {}, not right after the one before ({})", r.name, r.offset, next);
-    check_local(f, r);
-    next = r.end;
-  }
-  if (next != cd_offset) f.damaged("{} bytes between the last record and the central directory", cd_offset - next);
+  d.count = u16(e + 10), d.cd_size = u32(e + 12), d.cd_offset = u32(e + 16), d.cd_end = d.end;
+  if (d.end >= kZip64LocatorSize &&
+      u32(f.read(d.end - kZip64LocatorSize, 4, "the zip64 locator").data()) == kZip64LocatorSignature)
+    read_zip64_end(f, d);
+  if (d.cd_offset > d.cd_end || d.cd_end - d.cd_offset != d.cd_size)
+    f.damaged("the central directory ({} bytes at {}) does not end where the end records begin", d.cd_size,
+              d.cd_offset);
+  return d;
+}
 
-  // One pass over the bytes: each record's CRC-32, and the digest of everything before the
-  // comment's length when the comment carries one.
-  // torch.save writes no comment; fairseq-cpp writes its digest there. Anything else is damage.
-  const bool has_digest = !comment.empty();
-  if (has_digest && (comment.rfind(kDigestPrefix, 0) != 0 || comment.size() != std::strlen(kDigestPrefix) + 64))
-    f.damaged("its zip comment is not fairseq-cpp's digest");
-  const uint64_t digest_end = end + 20;
+// One pass over the bytes up to `stop`: each record's CRC-32, and with `digest` (the comment's hex
+// SHA-256) the digest of them all.
+void check_bytes(const File& f, const std::vector<Record>& records, uint64_t stop, const std::string& digest) {
   std::unique_ptr<EVP_MD_CTX, void (*)(EVP_MD_CTX*)> sha(EVP_MD_CTX_new(), EVP_MD_CTX_free);
   if (!sha || EVP_DigestInit_ex(sha.get(), EVP_sha256(), nullptr) != 1) raise<OperationalError>("OpenSSL: no SHA-256");
   std::vector<uLong> crcs(records.size(), crc32_z(0L, Z_NULL, 0));
   constexpr uint64_t kBlock = 4 << 20;
-  const uint64_t stop = has_digest ? digest_end : cd_offset;
   size_t first = 0;  // the first record not yet wholly read
   for (uint64_t at = 0; at < stop; at += kBlock) {
     const uint64_t n = std::min(kBlock, stop - at);
     const auto block = f.read(at, n, "the records");
-    if (has_digest) EVP_DigestUpdate(sha.get(), block.data(), block.size());
+    if (!digest.empty()) EVP_DigestUpdate(sha.get(), block.data(), block.size());
     for (size_t i = first; i < records.size() && records[i].data < at + n; ++i) {
       const uint64_t from = std::max(records[i].data, at), to = std::min(records[i].data + records[i].size, at + n);
       if (from < to) crcs[i] = crc32_z(crcs[i], block.data() + (from - at), to - from);
@@ -272,13 +276,36 @@ std::map<std::string, uint64_t> verify_file(const std::string& path) {
     if (crcs[i] != records[i].crc)
       f.damaged("record {}: its bytes' CRC-32 is {:08x}, the zip says {:08x}", records[i].name, crcs[i], records[i].crc);
   }
-  if (has_digest) {
-    unsigned char digest[EVP_MAX_MD_SIZE];
-    unsigned int len = 0;
-    EVP_DigestFinal_ex(sha.get(), digest, &len);
-    if (comment.substr(std::strlen(kDigestPrefix)) != hex(digest, len))
-      f.damaged("its SHA-256 is not the one it was saved with (a byte changed outside the records' data)");
+  if (digest.empty()) return;
+  unsigned char bytes[EVP_MAX_MD_SIZE];
+  unsigned int len = 0;
+  EVP_DigestFinal_ex(sha.get(), bytes, &len);
+  if (digest != hex(bytes, len))
+    f.damaged("its SHA-256 is not the one it was saved with (a byte changed outside the records' data)");
+}
+
+}  // namespace
+
+std::map<std::string, uint64_t> verify_file(const std::string& path) {
+  const File f(path);
+  const Directory d = read_end_records(f);
+  std::vector<Record> records = central_directory(f, d.cd_offset, d.cd_size, d.count);
+  // The records tile the file from its first byte to the central directory.
+  uint64_t next = 0;
+  for (Record& r : records) {
+    if (r.offset != next) f.damaged("record {} starts at {}, not right after the one before ({})", r.name, r.offset, next);
+    check_local(f, r);
+    next = r.end;
   }
+  if (next != d.cd_offset) f.damaged("{} bytes between the last record and the central directory", d.cd_offset - next);
+  // torch.save writes no comment; fairseq-cpp writes its digest there (of everything before the
+  // comment's length). Anything else is damage.
+  const bool has_digest = !d.comment.empty();
+  if (has_digest &&
+      (d.comment.rfind(kDigestPrefix, 0) != 0 || d.comment.size() != std::strlen(kDigestPrefix) + 64))
+    f.damaged("its zip comment is not fairseq-cpp's digest");
+  check_bytes(f, records, has_digest ? d.end + 20 : d.cd_offset,
+              has_digest ? d.comment.substr(std::strlen(kDigestPrefix)) : std::string());
   std::map<std::string, uint64_t> sizes;
   for (const Record& r : records) sizes[r.name] = r.size;
   return sizes;
@@ -335,72 +362,87 @@ StackEffect stack_effect(unsigned char op) {
 
 }  // namespace
 
+namespace {
+
+// The unpickler's stack as far as check_pickle follows it.
+struct PickleStack {
+  int64_t depth = 0;           // items on the stack, marks left out
+  std::vector<int64_t> marks;  // the depth at each open MARK
+};
+
+// Applies opcode `op` (at byte `op_at`) to `stack`; a DataError when it takes more values than the
+// stack holds, or needs a MARK that is not there.
+void apply_stack_effect(const std::string& path, unsigned char op, size_t op_at, PickleStack& stack) {
+  const StackEffect effect = stack_effect(op);
+  const int64_t base = stack.marks.empty() ? 0 : stack.marks.back();  // the depth at the last MARK
+  bool short_of_values = false;
+  if (effect.pops < 0) {  // everything above the last MARK, and the MARK
+    if (stack.marks.empty())
+      raise<DataError>("{} is damaged and was not used: data.pkl: opcode 0x{:02x} at byte {} needs a MARK before it",
+                       path, op, op_at);
+    stack.marks.pop_back();
+    short_of_values = base - (stack.marks.empty() ? 0 : stack.marks.back()) < effect.needs;
+    stack.depth = base + effect.pushes;
+  } else {
+    short_of_values = stack.depth - base < effect.pops + effect.needs;
+    stack.depth += effect.pushes - effect.pops;
+  }
+  if (short_of_values)
+    raise<DataError>("{} is damaged and was not used: data.pkl: opcode 0x{:02x} at byte {} takes more values than "
+                     "the stack holds",
+                     path, op, op_at);
+  if (effect.mark) stack.marks.push_back(stack.depth);
+}
+
+// The argument of opcode `op` whose bytes start at `arg` (`left` of them in the record): its
+// length in bytes (more than `left` when it runs past the end), and in `lines` the arguments
+// ended by '\n' that follow.
+uint64_t argument_bytes(unsigned char op, const unsigned char* arg, uint64_t left, int* lines) {
+  *lines = 0;
+  switch (op) {
+    case 'K': case 'h': case 'q': case 0x80: case 0x82:  // BININT1 BINGET BINPUT PROTO EXT1
+      return 1;
+    case 'M': case 0x83:  // BININT2 EXT2
+      return 2;
+    case 'J': case 'j': case 'r': case 0x84:  // BININT LONG_BINGET LONG_BINPUT EXT4
+      return 4;
+    case 'G': case 0x95:  // BINFLOAT FRAME
+      return 8;
+    case 'U': case 'C': case 0x8c: case 0x8a:  // SHORT_BINSTRING SHORT_BINBYTES SHORT_BINUNICODE LONG1
+      return left < 1 ? 1 : 1 + uint64_t{arg[0]};
+    case 'T': case 'B': case 'X': case 0x8b:  // BINSTRING BINBYTES BINUNICODE LONG4
+      return left < 4 ? 4 : 4 + uint64_t{u32(arg)};
+    case 0x8d: case 0x8e: case 0x96: {  // BINUNICODE8 BINBYTES8 BYTEARRAY8
+      const uint64_t n = left < 8 ? 8 : u64(arg);
+      return n > left - 8 ? left + 1 : 8 + n;
+    }
+    case 'I': case 'L': case 'F': case 'S': case 'V': case 'P': case 'g': case 'p':
+      *lines = 1;
+      return 0;
+    case 'c': case 'i':  // GLOBAL INST: module and name
+      *lines = 2;
+      return 0;
+    default:  // no argument; an opcode that is none is LibTorch's to refuse
+      return 0;
+  }
+}
+
+}  // namespace
+
 void check_pickle(const std::string& path, const unsigned char* data, size_t size) {
   // Python's pickle opcodes (pickletools) by the argument that follows them, and their stack
   // effects: LibTorch's unpickler pops without looking (an empty stack is a wild write).
   size_t at = 0;
   uint64_t memo_entries = 0;
-  int64_t depth = 0;            // items on the stack, marks left out
-  std::vector<int64_t> marks;   // the depth at each open MARK
+  PickleStack stack;
   while (at < size) {
     const size_t op_at = at;
     const unsigned char op = data[at++];
     const uint64_t left = size - at;
-    const StackEffect effect = stack_effect(op);
-    const int64_t base = marks.empty() ? 0 : marks.back();  // the depth at the last MARK
-    bool short_of_values = false;
-    if (effect.pops < 0) {  // everything above the last MARK, and the MARK
-      if (marks.empty())
-        raise<DataError>("{} is damaged and was not used: data.pkl: opcode 0x{:02x} at byte {} needs a MARK before it",
-                         path, op, op_at);
-      marks.pop_back();
-      short_of_values = base - (marks.empty() ? 0 : marks.back()) < effect.needs;
-      depth = base + effect.pushes;
-    } else {
-      short_of_values = depth - base < effect.pops + effect.needs;
-      depth += effect.pushes - effect.pops;
-    }
-    if (short_of_values)
-      raise<DataError>("{} is damaged and was not used: data.pkl: opcode 0x{:02x} at byte {} takes more values than "
-                       "the stack holds",
-                       path, op, op_at);
-    if (effect.mark) marks.push_back(depth);
-    uint64_t skip = 0;  // argument bytes
-    int lines = 0;      // arguments ended by '\n'
-    switch (op) {
-      case '.':  // STOP: the rest is not read
-        return;
-      case 'K': case 'h': case 'q': case 0x80: case 0x82:  // BININT1 BINGET BINPUT PROTO EXT1
-        skip = 1;
-        break;
-      case 'M': case 0x83:  // BININT2 EXT2
-        skip = 2;
-        break;
-      case 'J': case 'j': case 'r': case 0x84:  // BININT LONG_BINGET LONG_BINPUT EXT4
-        skip = 4;
-        break;
-      case 'G': case 0x95:  // BINFLOAT FRAME
-        skip = 8;
-        break;
-      case 'U': case 'C': case 0x8c: case 0x8a:  // SHORT_BINSTRING SHORT_BINBYTES SHORT_BINUNICODE LONG1
-        skip = left < 1 ? 1 : 1 + uint64_t{data[at]};
-        break;
-      case 'T': case 'B': case 'X': case 0x8b:  // BINSTRING BINBYTES BINUNICODE LONG4
-        skip = left < 4 ? 4 : 4 + uint64_t{u32(data + at)};
-        break;
-      case 0x8d: case 0x8e: case 0x96:  // BINUNICODE8 BINBYTES8 BYTEARRAY8
-        skip = left < 8 ? 8 : u64(data + at);
-        skip = skip > left - 8 ? left + 1 : 8 + skip;
-        break;
-      case 'I': case 'L': case 'F': case 'S': case 'V': case 'P': case 'g': case 'p':
-        lines = 1;
-        break;
-      case 'c': case 'i':  // GLOBAL INST: module and name
-        lines = 2;
-        break;
-      default:  // no argument; an opcode that is none is LibTorch's to refuse
-        break;
-    }
+    apply_stack_effect(path, op, op_at, stack);
+    if (op == '.') return;  // STOP: the rest is not read
+    int lines = 0;
+    const uint64_t skip = argument_bytes(op, data + at, left, &lines);
     if (skip > left) {
       raise<DataError>("{} is damaged and was not used: data.pkl: the argument of opcode 0x{:02x} at byte {} runs past "
                        "the end of the record",

@@ -62,6 +62,81 @@ bool has_name(const std::vector<Named>& items, const std::string& name) {
 
 }  // namespace
 
+namespace {
+
+// The problem with `--NAME`, which is no flag: with the nearest flag named. When the flag meant
+// takes a value (`--beem 5`), the next argument is that value, not a stray argument of its own to
+// blame as well: `i` moves past it.
+std::string unknown_flag(const ProgramSpec& spec, const std::vector<std::string>& args, size_t& i,
+                         const std::string& name, bool has_value, const std::string& origin) {
+  std::vector<std::string> known = all_flags();
+  for (const auto& s : spec.switches) known.push_back(s.first);
+  for (const char* builtin : {"help", "dump-config", "debug"}) known.emplace_back(builtin);
+  std::string guess = nearest(name, known);
+  bool guess_is_switch = false, guess_is_list = false, guess_is_string = false;
+  if (!has_value && !guess.empty() && i + 1 < args.size() && args[i + 1].rfind("--", 0) != 0 &&
+      !key_for_flag(guess, &guess_is_switch, &guess_is_list, &guess_is_string).empty() && !guess_is_switch)
+    ++i;
+  return guess.empty() ? fmt::format("{}: `--{}` is not a flag of {}; `--help` lists them.", origin, name, spec.name)
+                       : fmt::format("{}: `--{}` is not a flag; did you mean `--{}`?", origin, name, guess);
+}
+
+// One `--NAME[=VALUE]` flag at args[i] (`i` moves past the values it takes): a switch of the
+// program, or an assignment to the key it sets; a problem otherwise.
+void parse_flag(const ProgramSpec& spec, const std::vector<std::string>& args, size_t& i, CommandLine& cl,
+                std::vector<std::string>& problems) {
+  const std::string origin = fmt::format("argument {} `{}`", i + 1, args[i]);
+  std::string name = args[i].substr(2);
+  std::string value;
+  bool has_value = false;
+  if (auto eq = name.find('='); eq != std::string::npos) {
+    value = name.substr(eq + 1);
+    name = name.substr(0, eq);
+    has_value = true;
+  }
+  if (has_name(spec.switches, name)) {
+    if (has_value) problems.push_back(fmt::format("{}: `--{}` takes no value.", origin, name));
+    cl.switches.insert(name);
+    return;
+  }
+  if (auto reason = outside_scope(name); !reason.empty()) {
+    if (!has_value && i + 1 < args.size() && args[i + 1].rfind("--", 0) != 0) ++i;  // its value goes with it
+    problems.push_back(fmt::format("{}: fairseq's `--{}` is outside fairseq-cpp: {}.", origin, name, reason));
+    return;
+  }
+  bool is_switch = false, is_list = false, is_string = false;
+  std::optional<std::string> bare;
+  std::string key = key_for_flag(name, &is_switch, &is_list, &is_string, &bare);
+  if (key.empty()) {
+    problems.push_back(unknown_flag(spec, args, i, name, has_value, origin));
+    return;
+  }
+  if (!has_value) {
+    if (is_switch) {
+      value = "true";
+    } else if (bare && (i + 1 == args.size() || args[i + 1].rfind("--", 0) == 0)) {
+      value = *bare;  // `--remove-bpe` alone, as argparse's nargs='?'
+    } else if (i + 1 < args.size()) {
+      value = args[++i];
+      // A list flag takes the values up to the next flag, assignment or config file, as
+      // argparse's nargs='+': `--ref a.de b.de`, `--lr 0.25 0.1`.
+      std::vector<std::string> values{value};
+      while (is_list && i + 1 < args.size() && takes_list_value(args[i + 1])) values.push_back(args[++i]);
+      if (values.size() > 1) {
+        value = yaml_flow_list(values);
+        is_string = false;  // quoted already
+      }
+    } else {
+      problems.push_back(fmt::format("{}: `--{}` needs a value (it sets `{}`).", origin, name, key));
+      return;
+    }
+  }
+  const std::string source = fmt::format("--{} {}", name, value);
+  cl.assignments.push_back({key, is_string ? yaml_quoted(value) : value, source});
+}
+
+}  // namespace
+
 CommandLine parse_command_line(const ProgramSpec& spec, const std::vector<std::string>& args) {
   CommandLine cl;
   std::vector<std::string> problems;
@@ -76,65 +151,7 @@ CommandLine parse_command_line(const ProgramSpec& spec, const std::vector<std::s
     } else if (arg == "--debug") {
       cl.debug = true;
     } else if (arg.rfind("--", 0) == 0 && arg.size() > 2) {
-      std::string name = arg.substr(2);
-      std::string value;
-      bool has_value = false;
-      if (auto eq = name.find('='); eq != std::string::npos) {
-        value = name.substr(eq + 1);
-        name = name.substr(0, eq);
-        has_value = true;
-      }
-      if (has_name(spec.switches, name)) {
-        if (has_value) problems.push_back(fmt::format("{}: `--{}` takes no value.", origin, name));
-        cl.switches.insert(name);
-        continue;
-      }
-      if (auto reason = outside_scope(name); !reason.empty()) {
-        if (!has_value && i + 1 < args.size() && args[i + 1].rfind("--", 0) != 0) ++i;  // its value goes with it
-        problems.push_back(fmt::format("{}: fairseq's `--{}` is outside fairseq-cpp: {}.", origin, name, reason));
-        continue;
-      }
-      bool is_switch = false, is_list = false, is_string = false;
-      std::optional<std::string> bare;
-      std::string key = key_for_flag(name, &is_switch, &is_list, &is_string, &bare);
-      if (key.empty()) {
-        std::vector<std::string> known = all_flags();
-        for (const auto& s : spec.switches) known.push_back(s.first);
-        for (const char* builtin : {"help", "dump-config", "debug"}) known.emplace_back(builtin);
-        std::string guess = nearest(name, known);
-        // `--beem 5`: when the flag meant takes a value, the next argument is that value, not a
-        // stray argument of its own to blame as well.
-        bool guess_is_switch = false, guess_is_list = false, guess_is_string = false;
-        if (!has_value && !guess.empty() && i + 1 < args.size() && args[i + 1].rfind("--", 0) != 0 &&
-            !key_for_flag(guess, &guess_is_switch, &guess_is_list, &guess_is_string).empty() && !guess_is_switch)
-          ++i;
-        problems.push_back(
-            guess.empty() ? fmt::format("{}: `--{}` is not a flag of {}; `--help` lists them.", origin, name, spec.name)
-                          : fmt::format("{}: `--{}` is not a flag; did you mean `--{}`?", origin, name, guess));
-        continue;
-      }
-      if (!has_value) {
-        if (is_switch) {
-          value = "true";
-        } else if (bare && (i + 1 == args.size() || args[i + 1].rfind("--", 0) == 0)) {
-          value = *bare;  // `--remove-bpe` alone, as argparse's nargs='?'
-        } else if (i + 1 < args.size()) {
-          value = args[++i];
-          // A list flag takes the values up to the next flag, assignment or config file, as
-          // argparse's nargs='+': `--ref a.de b.de`, `--lr 0.25 0.1`.
-          std::vector<std::string> values{value};
-          while (is_list && i + 1 < args.size() && takes_list_value(args[i + 1])) values.push_back(args[++i]);
-          if (values.size() > 1) {
-            value = yaml_flow_list(values);
-            is_string = false;  // quoted already
-          }
-        } else {
-          problems.push_back(fmt::format("{}: `--{}` needs a value (it sets `{}`).", origin, name, key));
-          continue;
-        }
-      }
-      const std::string source = fmt::format("--{} {}", name, value);
-      cl.assignments.push_back({key, is_string ? yaml_quoted(value) : value, source});
+      parse_flag(spec, args, i, cl, problems);
     } else if (is_assignment(arg)) {
       auto eq = arg.find('=');
       cl.assignments.push_back({arg.substr(0, eq), arg.substr(eq + 1), fmt::format("command line `{}`", arg)});

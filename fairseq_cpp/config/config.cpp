@@ -114,106 +114,97 @@ std::string check_choice(const Field& f, const std::string& v) {
   return fmt::format("must be one of {}", list);
 }
 
-// Converts `node` into the field's type and checks it. Returns "" on success, else the problem
-// as "must be X, but is Y instead." without the key.
-std::string assign(const Field& f, const YAML::Node& node) {
-  auto scalar_text = [&]() -> std::optional<std::string> {
-    if (node.IsNull()) return std::string();
-    if (node.IsScalar()) return node.Scalar();
+// Converts one YAML value into the type of a field (one operator() per type a Field can point
+// to) and checks it. Each returns "" on success, else the problem as "must be X, but is Y
+// instead." without the key.
+class Assigner {
+ public:
+  Assigner(const Field& f, const YAML::Node& node) : f_(f), node_(node) {}
+
+  std::string operator()(bool* p) const { return boolean(p, "a bool (true or false)"); }
+  std::string operator()(int64_t* p) const { return number(p, parse_int, "an integer"); }
+  std::string operator()(double* p) const { return number(p, parse_double, "a number"); }
+  std::string operator()(std::string* p) const {
+    auto t = scalar_text();
+    if (!t) return wrong("a string");
+    if (auto e = out_of_range(check_choice(f_, *t), fmt::format("\"{}\"", *t)); !e.empty()) return e;
+    *p = *t;
+    return "";
+  }
+  std::string operator()(std::optional<bool>* p) const {
+    if (node_.IsNull()) return p->reset(), "";
+    return boolean(p, "a bool (true or false) or empty");
+  }
+  std::string operator()(std::optional<int64_t>* p) const {
+    if (node_.IsNull()) return p->reset(), "";
+    return number(p, parse_int, "an integer or empty");
+  }
+  std::string operator()(std::optional<double>* p) const {
+    if (node_.IsNull()) return p->reset(), "";
+    return number(p, parse_double, "a number or empty");
+  }
+  std::string operator()(std::vector<int64_t>* p) const { return number_list(p, parse_int, "a list of integers"); }
+  std::string operator()(std::vector<double>* p) const { return number_list(p, parse_double, "a list of numbers"); }
+  std::string operator()(std::vector<std::string>* p) const {
+    auto items = list_elements(node_);
+    if (!items) return wrong("a list of strings");
+    for (const auto& item : *items)
+      if (auto rule = check_choice(f_, item); !rule.empty())
+        return fmt::format("{} in every element, but has \"{}\" instead.", rule, item);
+    *p = std::move(*items);
+    return "";
+  }
+
+ private:
+  std::optional<std::string> scalar_text() const {
+    if (node_.IsNull()) return std::string();
+    if (node_.IsScalar()) return node_.Scalar();
     return std::nullopt;
-  };
-  auto wrong = [&](const char* expected) {
-    return fmt::format("must be {}, but is {} instead.", expected, describe_node(node));
-  };
-  auto out_of_range = [&](const std::string& rule, const std::string& shown) {
+  }
+  std::string wrong(const char* expected) const {
+    return fmt::format("must be {}, but is {} instead.", expected, describe_node(node_));
+  }
+  static std::string out_of_range(const std::string& rule, const std::string& shown) {
     return rule.empty() ? std::string() : fmt::format("{}, but is {} instead.", rule, shown);
-  };
-  auto number_list = [&](auto* field, auto parse, const char* expected) -> std::string {
-    auto items = list_elements(node);
+  }
+  template <class T>
+  std::string boolean(T* p, const char* expected) const {
+    auto t = scalar_text();
+    auto v = t ? parse_bool(*t) : std::nullopt;
+    if (!v) return wrong(expected);
+    *p = *v;
+    return "";
+  }
+  template <class T, class Parse>
+  std::string number(T* p, Parse parse, const char* expected) const {
+    auto t = scalar_text();
+    auto v = t ? parse(*t) : std::nullopt;
+    if (!v) return wrong(expected);
+    if (auto e = out_of_range(check_range(f_, static_cast<double>(*v)), *t); !e.empty()) return e;
+    *p = *v;
+    return "";
+  }
+  template <class T, class Parse>
+  std::string number_list(std::vector<T>* p, Parse parse, const char* expected) const {
+    auto items = list_elements(node_);
     if (!items) return wrong(expected);
-    std::decay_t<decltype(*field)> values;
+    std::vector<T> values;
     for (const auto& item : *items) {
       auto v = parse(item);
       if (!v) return fmt::format("must be {}, but has the element \"{}\".", expected, item);
-      if (auto rule = check_range(f, static_cast<double>(*v)); !rule.empty())
+      if (auto rule = check_range(f_, static_cast<double>(*v)); !rule.empty())
         return fmt::format("{} in every element, but has {} instead.", rule, format_number(static_cast<double>(*v)));
       values.push_back(*v);
     }
-    *field = std::move(values);
+    *p = std::move(values);
     return "";
-  };
-  return std::visit(Overloaded{
-                        [&](bool* p) -> std::string {
-                          auto t = scalar_text();
-                          auto v = t ? parse_bool(*t) : std::nullopt;
-                          if (!v) return wrong("a bool (true or false)");
-                          *p = *v;
-                          return "";
-                        },
-                        [&](int64_t* p) -> std::string {
-                          auto t = scalar_text();
-                          auto v = t ? parse_int(*t) : std::nullopt;
-                          if (!v) return wrong("an integer");
-                          if (auto e = out_of_range(check_range(f, static_cast<double>(*v)), *t); !e.empty()) return e;
-                          *p = *v;
-                          return "";
-                        },
-                        [&](double* p) -> std::string {
-                          auto t = scalar_text();
-                          auto v = t ? parse_double(*t) : std::nullopt;
-                          if (!v) return wrong("a number");
-                          if (auto e = out_of_range(check_range(f, *v), *t); !e.empty()) return e;
-                          *p = *v;
-                          return "";
-                        },
-                        [&](std::string* p) -> std::string {
-                          auto t = scalar_text();
-                          if (!t) return wrong("a string");
-                          if (auto e = out_of_range(check_choice(f, *t), fmt::format("\"{}\"", *t)); !e.empty())
-                            return e;
-                          *p = *t;
-                          return "";
-                        },
-                        [&](std::optional<bool>* p) -> std::string {
-                          if (node.IsNull()) return p->reset(), "";
-                          auto t = scalar_text();
-                          auto v = t ? parse_bool(*t) : std::nullopt;
-                          if (!v) return wrong("a bool (true or false) or empty");
-                          *p = *v;
-                          return "";
-                        },
-                        [&](std::optional<int64_t>* p) -> std::string {
-                          if (node.IsNull()) return p->reset(), "";
-                          auto t = scalar_text();
-                          auto v = t ? parse_int(*t) : std::nullopt;
-                          if (!v) return wrong("an integer or empty");
-                          if (auto e = out_of_range(check_range(f, static_cast<double>(*v)), *t); !e.empty()) return e;
-                          *p = *v;
-                          return "";
-                        },
-                        [&](std::optional<double>* p) -> std::string {
-                          if (node.IsNull()) return p->reset(), "";
-                          auto t = scalar_text();
-                          auto v = t ? parse_double(*t) : std::nullopt;
-                          if (!v) return wrong("a number or empty");
-                          if (auto e = out_of_range(check_range(f, *v), *t); !e.empty()) return e;
-                          *p = *v;
-                          return "";
-                        },
-                        [&](std::vector<int64_t>* p) { return number_list(p, parse_int, "a list of integers"); },
-                        [&](std::vector<double>* p) { return number_list(p, parse_double, "a list of numbers"); },
-                        [&](std::vector<std::string>* p) -> std::string {
-                          auto items = list_elements(node);
-                          if (!items) return wrong("a list of strings");
-                          for (const auto& item : *items)
-                            if (auto rule = check_choice(f, item); !rule.empty())
-                              return fmt::format("{} in every element, but has \"{}\" instead.", rule, item);
-                          *p = std::move(*items);
-                          return "";
-                        },
-                    },
-                    f.ref);
-}
+  }
+
+  const Field& f_;
+  const YAML::Node& node_;
+};
+
+std::string assign(const Field& f, const YAML::Node& node) { return std::visit(Assigner(f, node), f.ref); }
 
 size_t edit_distance(const std::string& a, const std::string& b) {
   std::vector<size_t> row(b.size() + 1);

@@ -430,9 +430,8 @@ std::string str(bool v) { return v ? "true" : "false"; }
 
 std::string str(int64_t v) { return std::to_string(v); }
 
-}  // namespace
-
-void check_consistency(const Config& cfg, std::vector<std::string>& errors) {
+// The training keys that depend on each other: EMA, precision, criterion, schedule, Adam.
+void check_training(const Config& cfg, std::vector<std::string>& errors) {
   if (!cfg.ema.store_ema && (cfg.ema.validate_with_ema || !cfg.ema.ema_seed_model.empty())) {
     errors.push_back(std::string("`ema.store_ema` must be true when `ema.") +
                      (cfg.ema.validate_with_ema ? "validate_with_ema` is true" : "ema_seed_model` is set") +
@@ -468,6 +467,10 @@ void check_consistency(const Config& cfg, std::vector<std::string>& errors) {
       errors.push_back("`optimizer.adam_betas` values must be in [0, 1), but one is " + str(beta) + " instead.");
     }
   }
+}
+
+// The search's keys: nbest, beam, and the searches that exclude each other.
+void check_generation(const Config& cfg, std::vector<std::string>& errors) {
   if (cfg.generation.nbest > cfg.generation.beam) {
     errors.push_back("`generation.nbest` must be at most `generation.beam` (" + str(cfg.generation.beam) +
                      "), but is " + str(cfg.generation.nbest) + " instead.");
@@ -488,12 +491,10 @@ void check_consistency(const Config& cfg, std::vector<std::string>& errors) {
         "`generation.match_source_len` must be false with `generation.sampling`, which chooses another search, but "
         "is true instead.");
   }
-  if (cfg.optimization.lr.empty()) {
-    errors.push_back("`optimization.lr` must have at least one value, but is empty instead.");
-  }
-  if (cfg.optimization.update_freq.empty()) {
-    errors.push_back("`optimization.update_freq` must have at least one value, but is empty instead.");
-  }
+}
+
+// fairseq-cpp-eval score's keys.
+void check_scoring(const Config& cfg, std::vector<std::string>& errors) {
   const ScoringConfig& sc = cfg.scoring;
   if (sc.paired_bs && sc.paired_ar) {
     errors.push_back("`scoring.paired_ar` must be false when `scoring.paired_bs` is true, but is true instead.");
@@ -506,6 +507,10 @@ void check_consistency(const Config& cfg, std::vector<std::string>& errors) {
     errors.push_back(std::string("`scoring.sys` must name a baseline and at least one system for `scoring.") +
                      (sc.paired_bs ? "paired_bs" : "paired_ar") + "`, but names 1 file instead.");
   }
+}
+
+// fairseq-cpp-eval average's keys: one way to choose the files.
+void check_average(const Config& cfg, std::vector<std::string>& errors) {
   const AverageConfig& av = cfg.average;
   if (av.num_epoch_checkpoints > 0 && av.num_update_checkpoints > 0) {
     errors.push_back("`average.num_update_checkpoints` must be 0 when `average.num_epoch_checkpoints` is set "
@@ -521,6 +526,21 @@ void check_consistency(const Config& cfg, std::vector<std::string>& errors) {
     errors.push_back("`average.checkpoint_upper_bound` needs `average.num_epoch_checkpoints` or "
                      "`average.num_update_checkpoints`, but both are 0.");
   }
+}
+
+}  // namespace
+
+void check_consistency(const Config& cfg, std::vector<std::string>& errors) {
+  check_training(cfg, errors);
+  check_generation(cfg, errors);
+  if (cfg.optimization.lr.empty()) {
+    errors.push_back("`optimization.lr` must have at least one value, but is empty instead.");
+  }
+  if (cfg.optimization.update_freq.empty()) {
+    errors.push_back("`optimization.update_freq` must have at least one value, but is empty instead.");
+  }
+  check_scoring(cfg, errors);
+  check_average(cfg, errors);
   if (cfg.dataset.shard_id >= cfg.dataset.num_shards) {
     errors.push_back("`dataset.shard_id` must be less than `dataset.num_shards` (" + str(cfg.dataset.num_shards) +
                      "), but is " + str(cfg.dataset.shard_id) + " instead.");

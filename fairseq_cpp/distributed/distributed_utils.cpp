@@ -68,6 +68,11 @@ std::vector<nlohmann::json> all_gather_list(Gang& gang, const nlohmann::json& va
   return out;
 }
 
+std::string broadcast_message(Gang& gang, const std::string& message, const std::string& what) {
+  CollectiveScope scope(what);
+  return broadcast_object(gang, nlohmann::json(message)).get<std::string>();
+}
+
 nlohmann::json broadcast_object(Gang& gang, const nlohmann::json& value, int root) {
   // Every rank encodes its own value: on a real gang the root's replaces it, on a FakeGang (whose
   // ranks all hold the same values) it is the answer.

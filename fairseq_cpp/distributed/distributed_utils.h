@@ -42,6 +42,27 @@ std::vector<nlohmann::json> all_gather_list(Gang& gang, const nlohmann::json& va
 // `value` of rank `root` on every rank.
 nlohmann::json broadcast_object(Gang& gang, const nlohmann::json& value, int root = 0);
 
+// Rank 0's `message` on every rank (`what` names the broadcast in its error, as a CollectiveScope).
+std::string broadcast_message(Gang& gang, const std::string& message, const std::string& what);
+
+// Runs `action` on rank 0 alone, then every rank learns its outcome: when it threw an `Error`,
+// every rank throws one (rank 0 with its own message, the others with `others_prefix` before it),
+// so no rank goes on while rank 0 stopped. `what` names the broadcast of the outcome.
+//   rank0_acts<UserError>(gang, "the run lock", [&] { lock.emplace(save_dir); });
+template <class Error, class Action>
+void rank0_acts(Gang& gang, const std::string& what, Action&& action, const std::string& others_prefix = "") {
+  std::string failed;
+  if (gang.rank() == 0) {
+    try {
+      action();
+    } catch (const Error& e) {
+      failed = e.what();
+    }
+  }
+  failed = broadcast_message(gang, failed, what);
+  if (!failed.empty()) throw Error(gang.rank() == 0 ? failed : others_prefix + failed);
+}
+
 // A value in all_reduce_dict: a number on the host, or a tensor on the host or the gang's device.
 using DictValue = std::variant<double, int64_t, at::Tensor>;
 

@@ -110,33 +110,21 @@ std::string describe_exit(const Child& c) {
 
 bool failed(const Child& c) { return WIFSIGNALED(c.status) || WEXITSTATUS(c.status) != 0; }
 
-}  // namespace
-
-int spawn_and_supervise(const Topology& t, const std::vector<std::string>& argv, const LaunchOptions& options) {
-  if (pipe2(g_signal_pipe, O_CLOEXEC | O_NONBLOCK) != 0)
-    raise<OperationalError>("cannot create a pipe: {}", std::strerror(errno));
-  std::map<int, struct sigaction> previous;
-  for (int s : kForwarded) {
-    struct sigaction sa {};
-    sa.sa_handler = on_signal;
-    sigemptyset(&sa.sa_mask);
-    sa.sa_flags = SA_RESTART;
-    sigaction(s, &sa, &previous[s]);
-  }
-  log::info("launcher", "starting {} worker processes: {}", t.spawn, t.describe());
+// Forks and re-executes the `t.spawn` workers, their output through pipes with `prefix_output`.
+std::vector<Child> start_children(const Topology& t, const std::vector<std::string>& argv, bool prefix_output) {
   std::vector<Child> children(t.spawn);
   pid_t parent = getpid();
   for (int local = 0; local < t.spawn; ++local) {
     Child& c = children[local];
     c.rank = t.rank + local;
     int out[2] = {-1, -1}, err[2] = {-1, -1};
-    if (options.prefix_output && (pipe2(out, O_CLOEXEC) != 0 || pipe2(err, O_CLOEXEC) != 0))
+    if (prefix_output && (pipe2(out, O_CLOEXEC) != 0 || pipe2(err, O_CLOEXEC) != 0))
       raise<OperationalError>("cannot create a pipe: {}", std::strerror(errno));
     std::fflush(nullptr);
     c.pid = fork();
     if (c.pid < 0) raise<OperationalError>("cannot fork worker {}: {}", c.rank, std::strerror(errno));
     if (c.pid == 0) exec_child(t, argv, local, parent, out[1], err[1]);
-    if (options.prefix_output) {
+    if (prefix_output) {
       close(out[1]);
       close(err[1]);
       c.out_fd = out[0];
@@ -145,14 +133,30 @@ int spawn_and_supervise(const Topology& t, const std::vector<std::string>& argv,
       fcntl(c.err_fd, F_SETFL, O_NONBLOCK);
     }
   }
+  return children;
+}
 
+// The parent's watch over its workers: signals forwarded, output relayed, the first failure
+// recorded and the other workers stopped (SIGTERM, then SIGKILL after the grace period).
+struct Supervisor {
+  Supervisor(std::vector<Child>& children, double grace_seconds)
+      : children(children), grace_seconds(grace_seconds), running(static_cast<int>(children.size())) {}
+
+  std::vector<Child>& children;
+  double grace_seconds;
   std::string failure;  // the first failure, for the error message
   int failure_code = 0;
   int forwarded = 0;   // the last signal forwarded, 0 if none
   double kill_at = 0;  // when stopping: the time to send SIGKILL
-  int running = t.spawn;
-  while (running > 0 ||
-         std::any_of(children.begin(), children.end(), [](const Child& c) { return c.out_fd >= 0 || c.err_fd >= 0; })) {
+  int running;         // workers not yet reaped
+
+  bool busy() const {
+    return running > 0 || std::any_of(children.begin(), children.end(),
+                                       [](const Child& c) { return c.out_fd >= 0 || c.err_fd >= 0; });
+  }
+
+  // Waits up to 100 ms for a signal or output, then forwards and relays what came.
+  void relay() {
     std::vector<pollfd> fds{{g_signal_pipe[0], POLLIN, 0}};
     for (auto& c : children) {
       if (c.out_fd >= 0) fds.push_back({c.out_fd, POLLIN, 0});
@@ -170,8 +174,11 @@ int spawn_and_supervise(const Topology& t, const std::vector<std::string>& argv,
       drain(c, c.out_fd, c.out_partial, STDOUT_FILENO);
       drain(c, c.err_fd, c.err_partial, STDERR_FILENO);
     }
-    // Reap every worker that ended since the last poll. When several did, the one killed by a
-    // signal is the cause (its peers then fail on their collectives within milliseconds).
+  }
+
+  // Reaps every worker that ended since the last poll. When several did, the one killed by a
+  // signal is the cause (its peers then fail on their collectives within milliseconds).
+  void reap() {
     std::vector<Child*> ended;
     for (auto& c : children) {
       if (!c.running || waitpid(c.pid, &c.status, WNOHANG) != c.pid) continue;
@@ -189,7 +196,7 @@ int spawn_and_supervise(const Topology& t, const std::vector<std::string>& argv,
         log::error("launcher", "{}; stopping the other {} worker(s)", failure, running);
         for (auto& other : children)
           if (other.running) kill(other.pid, SIGTERM);
-        kill_at = core::monotonic_seconds() + options.grace_seconds;
+        kill_at = core::monotonic_seconds() + grace_seconds;
       }
     }
     if (kill_at > 0 && core::monotonic_seconds() >= kill_at) {
@@ -198,17 +205,42 @@ int spawn_and_supervise(const Topology& t, const std::vector<std::string>& argv,
       kill_at = 0;
     }
   }
-  for (int s : kForwarded) sigaction(s, &previous[s], nullptr);
-  close(g_signal_pipe[0]);
-  close(g_signal_pipe[1]);
-  if (!failure.empty()) throw WorkerFailedError(failure, failure_code == 0 ? 1 : failure_code);
-  if (forwarded != 0) {
-    // Stopped on a signal: the workers agree on an exit code (e.g. "requeue"); report the largest.
+
+  // Throws WorkerFailedError after a failure; else 0, or after a forwarded signal the largest of
+  // the workers' exit codes (they agree on one, e.g. "requeue").
+  int exit_code() const {
+    if (!failure.empty()) throw WorkerFailedError(failure, failure_code == 0 ? 1 : failure_code);
+    if (forwarded == 0) return 0;
     int code = 0;
     for (const auto& c : children) code = std::max(code, WIFEXITED(c.status) ? WEXITSTATUS(c.status) : 1);
     return code;
   }
-  return 0;
+};
+
+}  // namespace
+
+int spawn_and_supervise(const Topology& t, const std::vector<std::string>& argv, const LaunchOptions& options) {
+  if (pipe2(g_signal_pipe, O_CLOEXEC | O_NONBLOCK) != 0)
+    raise<OperationalError>("cannot create a pipe: {}", std::strerror(errno));
+  std::map<int, struct sigaction> previous;
+  for (int s : kForwarded) {
+    struct sigaction sa {};
+    sa.sa_handler = on_signal;
+    sigemptyset(&sa.sa_mask);
+    sa.sa_flags = SA_RESTART;
+    sigaction(s, &sa, &previous[s]);
+  }
+  log::info("launcher", "starting {} worker processes: {}", t.spawn, t.describe());
+  std::vector<Child> children = start_children(t, argv, options.prefix_output);
+  Supervisor supervisor(children, options.grace_seconds);
+  while (supervisor.busy()) {
+    supervisor.relay();
+    supervisor.reap();
+  }
+  for (int s : kForwarded) sigaction(s, &previous[s], nullptr);
+  close(g_signal_pipe[0]);
+  close(g_signal_pipe[1]);
+  return supervisor.exit_code();
 }
 
 int launch(const Topology& t, const std::vector<std::string>& argv, const LaunchOptions& options,

@@ -51,6 +51,112 @@ std::string list(const std::set<std::string>& items) {
   return out;
 }
 
+// One peer's probe: a non-blocking connection to its beacon.
+struct Probe {
+  int rank;
+  std::string address;
+  int fd = -1;
+  int error = EINPROGRESS;  // 0 once connected
+};
+
+// Starts a connection to every peer's beacon but `rank`'s (endpoints: "ADDRESS PORT" per rank).
+std::vector<Probe> start_probes(int rank, const std::vector<std::string>& endpoints) {
+  std::vector<Probe> probes;
+  for (int r = 0; r < static_cast<int>(endpoints.size()); ++r) {
+    if (r == rank) continue;
+    std::istringstream in(endpoints[r]);
+    Probe p{r, ""};
+    int port = 0;
+    sockaddr_storage sa{};
+    socklen_t length = 0;
+    if (!(in >> p.address >> port) || !to_sockaddr(p.address, port, sa, length)) continue;
+    p.fd = socket(sa.ss_family, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
+    if (p.fd < 0) continue;
+    if (connect(p.fd, reinterpret_cast<sockaddr*>(&sa), length) == 0)
+      p.error = 0;
+    else
+      p.error = errno;
+    probes.push_back(p);
+  }
+  return probes;
+}
+
+// Polls the probes that `wanted` selects for `events` until none is left or `timeout_seconds`
+// pass; `ready` handles each one that has an event.
+template <class Wanted, class Ready>
+void poll_probes(std::vector<Probe>& probes, short events, double timeout_seconds, Wanted wanted, Ready ready) {
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::duration<double>(timeout_seconds);
+  while (true) {
+    std::vector<pollfd> fds;
+    std::vector<Probe*> pending;
+    for (auto& p : probes)
+      if (wanted(p)) {
+        fds.push_back({p.fd, events, 0});
+        pending.push_back(&p);
+      }
+    auto left = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - std::chrono::steady_clock::now());
+    if (fds.empty() || left.count() <= 0) break;
+    if (poll(fds.data(), fds.size(), static_cast<int>(left.count())) <= 0) continue;
+    for (size_t i = 0; i < fds.size(); ++i)
+      if (fds[i].revents != 0) ready(*pending[i]);
+  }
+}
+
+// Each connected peer's answer: "at N WHAT\n", at once (within `timeout_seconds`: a peer under
+// load may take a moment to accept); "...\n" once it closed.
+std::map<int, std::string> read_replies(std::vector<Probe>& probes, double timeout_seconds) {
+  std::map<int, std::string> replies;
+  const auto wanted = [&](const Probe& p) {
+    const std::string& reply = replies[p.rank];
+    return p.error == 0 && (reply.empty() || reply.back() != '\n') && reply.size() < kPositionBytes;
+  };
+  poll_probes(probes, POLLIN, timeout_seconds, wanted, [&](Probe& p) {
+    char buffer[256];
+    ssize_t n = read(p.fd, buffer, sizeof(buffer));
+    std::string& reply = replies[p.rank];
+    if (n > 0)
+      reply.append(buffer, static_cast<size_t>(n));
+    else
+      reply += '\n';  // closed: whatever it said is all
+  });
+  return replies;
+}
+
+// Tells every connected peer that `rank` failed, and closes every probe.
+void send_failed_notes(std::vector<Probe>& probes, int rank) {
+  std::string note = fmt::format("failed {}\n", rank);
+  for (auto& p : probes) {
+    if (p.error == 0) {
+      ssize_t written = write(p.fd, note.data(), note.size());
+      (void)written;  // a peer that cannot take the note is alive all the same
+    }
+    close(p.fd);
+  }
+}
+
+// The verdict's sentences in order: gone, unreachable, behind, silent.
+std::string describe_lost(const std::vector<int>& gone, const std::set<std::string>& gone_at,
+                          const std::vector<int>& unreachable, const std::set<std::string>& unreachable_at,
+                          const std::vector<std::string>& behind, const std::vector<int>& silent,
+                          double timeout_seconds) {
+  std::string out;
+  if (!gone.empty())
+    out = fmt::format("{} {} {} gone ({} refused the connection)", gone.size() > 1 ? "ranks" : "rank", list(gone),
+                      gone.size() > 1 ? "are" : "is", list(gone_at));
+  if (!unreachable.empty())
+    out += fmt::format("{}{} {} {} unreachable (no answer from {} within {:g} s)", out.empty() ? "" : "; ",
+                       unreachable.size() > 1 ? "ranks" : "rank", list(unreachable),
+                       unreachable.size() > 1 ? "are" : "is", list(unreachable_at), timeout_seconds);
+  for (const auto& line : behind) out += (out.empty() ? "" : "; ") + line;
+  if (!silent.empty())
+    out += fmt::format("{}{} {} did not arrive ({} accept{} connections but say{} nothing within {:g} s: stopped or "
+                       "hung)",
+                       out.empty() ? "" : "; ", silent.size() > 1 ? "ranks" : "rank", list(silent),
+                       silent.size() > 1 ? "their processes" : "its process", silent.size() > 1 ? "" : "s",
+                       silent.size() > 1 ? "" : "s", timeout_seconds);
+  return out;
+}
+
 }  // namespace
 
 PeerBeacon::PeerBeacon(const std::string& address) : address_(address) {
@@ -123,89 +229,20 @@ void PeerBeacon::collect(int wait_ms) {
 }
 
 std::string PeerBeacon::lost_peers(int rank, const std::vector<std::string>& endpoints, double timeout_seconds) {
-  struct Probe {
-    int rank;
-    std::string address;
-    int fd = -1;
-    int error = EINPROGRESS;  // 0 once connected
-  };
   // A peer killed together with the one that broke our collective may take a moment to lose its
   // sockets: probing at once would find it alive.
   std::this_thread::sleep_for(std::chrono::milliseconds(kSettleMs));
-  std::vector<Probe> probes;
-  for (int r = 0; r < static_cast<int>(endpoints.size()); ++r) {
-    if (r == rank) continue;
-    std::istringstream in(endpoints[r]);
-    Probe p{r, ""};
-    int port = 0;
-    sockaddr_storage sa{};
-    socklen_t length = 0;
-    if (!(in >> p.address >> port) || !to_sockaddr(p.address, port, sa, length)) continue;
-    p.fd = socket(sa.ss_family, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
-    if (p.fd < 0) continue;
-    if (connect(p.fd, reinterpret_cast<sockaddr*>(&sa), length) == 0)
-      p.error = 0;
-    else
-      p.error = errno;
-    probes.push_back(p);
-  }
-  auto deadline = std::chrono::steady_clock::now() + std::chrono::duration<double>(timeout_seconds);
-  while (true) {
-    std::vector<pollfd> fds;
-    std::vector<Probe*> pending;
-    for (auto& p : probes)
-      if (p.error == EINPROGRESS) {
-        fds.push_back({p.fd, POLLOUT, 0});
-        pending.push_back(&p);
-      }
-    auto left = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - std::chrono::steady_clock::now());
-    if (fds.empty() || left.count() <= 0) break;
-    if (poll(fds.data(), fds.size(), static_cast<int>(left.count())) <= 0) continue;
-    for (size_t i = 0; i < fds.size(); ++i) {
-      if (fds[i].revents == 0) continue;
-      int error = 0;
-      socklen_t size = sizeof(error);
-      getsockopt(fds[i].fd, SOL_SOCKET, SO_ERROR, &error, &size);
-      pending[i]->error = error;
-    }
-  }
-  // Each peer that answered says where it stands: "at N WHAT\n", at once (until the same deadline
-  // again: a peer under load may take a moment to accept).
-  std::map<int, std::string> replies;
-  const auto read_deadline =
-      std::chrono::steady_clock::now() + std::chrono::duration<double>(timeout_seconds);
-  while (true) {
-    std::vector<pollfd> fds;
-    std::vector<Probe*> pending;
-    for (auto& p : probes)
-      if (p.error == 0 && (replies[p.rank].empty() || replies[p.rank].back() != '\n') &&
-          replies[p.rank].size() < kPositionBytes) {
-        fds.push_back({p.fd, POLLIN, 0});
-        pending.push_back(&p);
-      }
-    auto left =
-        std::chrono::duration_cast<std::chrono::milliseconds>(read_deadline - std::chrono::steady_clock::now());
-    if (fds.empty() || left.count() <= 0) break;
-    if (poll(fds.data(), fds.size(), static_cast<int>(left.count())) <= 0) continue;
-    for (size_t i = 0; i < fds.size(); ++i) {
-      if (fds[i].revents == 0) continue;
-      char buffer[256];
-      ssize_t n = read(fds[i].fd, buffer, sizeof(buffer));
-      std::string& reply = replies[pending[i]->rank];
-      if (n > 0)
-        reply.append(buffer, static_cast<size_t>(n));
-      else
-        reply += '\n';  // closed: whatever it said is all
-    }
-  }
-  std::string note = fmt::format("failed {}\n", rank);
-  for (auto& p : probes) {
-    if (p.error == 0) {
-      ssize_t written = write(p.fd, note.data(), note.size());
-      (void)written;  // a peer that cannot take the note is alive all the same
-    }
-    close(p.fd);
-  }
+  std::vector<Probe> probes = start_probes(rank, endpoints);
+  poll_probes(
+      probes, POLLOUT, timeout_seconds, [](const Probe& p) { return p.error == EINPROGRESS; },
+      [](Probe& p) {
+        int error = 0;
+        socklen_t size = sizeof(error);
+        getsockopt(p.fd, SOL_SOCKET, SO_ERROR, &error, &size);
+        p.error = error;
+      });
+  std::map<int, std::string> replies = read_replies(probes, timeout_seconds);
+  send_failed_notes(probes, rank);
   // Peers that failed and told us so before they exited are not lost.
   collect(0);
   std::vector<int> gone, unreachable;
@@ -240,22 +277,7 @@ std::string PeerBeacon::lost_peers(int rank, const std::vector<std::string>& end
                                    p.rank, started, mine, what.empty() ? "none" : what));
     }
   }
-  std::string out;
-  if (!gone.empty())
-    out = fmt::format("{} {} {} gone ({} refused the connection)", gone.size() > 1 ? "ranks" : "rank", list(gone),
-                      gone.size() > 1 ? "are" : "is", list(gone_at));
-  if (!unreachable.empty())
-    out += fmt::format("{}{} {} {} unreachable (no answer from {} within {:g} s)", out.empty() ? "" : "; ",
-                       unreachable.size() > 1 ? "ranks" : "rank", list(unreachable),
-                       unreachable.size() > 1 ? "are" : "is", list(unreachable_at), timeout_seconds);
-  for (const auto& line : behind) out += (out.empty() ? "" : "; ") + line;
-  if (!silent.empty())
-    out += fmt::format("{}{} {} did not arrive ({} accept{} connections but say{} nothing within {:g} s: stopped or "
-                       "hung)",
-                       out.empty() ? "" : "; ", silent.size() > 1 ? "ranks" : "rank", list(silent),
-                       silent.size() > 1 ? "their processes" : "its process", silent.size() > 1 ? "" : "s",
-                       silent.size() > 1 ? "" : "s", timeout_seconds);
-  return out;
+  return describe_lost(gone, gone_at, unreachable, unreachable_at, behind, silent, timeout_seconds);
 }
 
 }  // namespace fairseq_cpp::distributed

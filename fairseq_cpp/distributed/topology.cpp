@@ -184,8 +184,14 @@ int tasks_per_node(const std::string& text) {
   return static_cast<int>(n);
 }
 
-Topology from_slurm(const TopologyInputs& in) {
-  Env env(in.env);
+// What SLURM's variables say of the job, checked against each other.
+struct SlurmJob {
+  std::vector<std::string> hosts;  // the node list, expanded
+  int nnodes = 0, ntasks = 0, per_node = 0;
+  int node_id = 0, proc_id = 0, local_id = 0;
+};
+
+SlurmJob read_slurm(const TopologyInputs& in, const Env& env) {
   std::string nodelist =
       env.has("SLURM_STEP_NODELIST") ? env.get("SLURM_STEP_NODELIST") : env.get("SLURM_JOB_NODELIST");
   std::vector<std::string> missing;
@@ -197,73 +203,88 @@ Topology from_slurm(const TopologyInputs& in) {
         "SLURM_JOB_ID is set, but the SLURM environment is incomplete: {} missing; run the program "
         "through srun.",
         join(missing));
-  int nnodes = env.integer("SLURM_NNODES");
-  int ntasks = env.integer("SLURM_NTASKS");
-  int node_id = env.integer("SLURM_NODEID");
-  int proc_id = env.integer("SLURM_PROCID");
-  int local_id = env.integer("SLURM_LOCALID");
-  std::vector<std::string> hosts = in.expand_nodelist ? in.expand_nodelist(nodelist) : expand_nodelist(nodelist);
-  if (nnodes < 1 || static_cast<int>(hosts.size()) != nnodes)
-    raise<UserError>("SLURM node list \"{}\" names {} host(s), but SLURM_NNODES is {}.", nodelist, hosts.size(),
-                     nnodes);
-  if (ntasks % nnodes != 0)
+  SlurmJob j;
+  j.nnodes = env.integer("SLURM_NNODES");
+  j.ntasks = env.integer("SLURM_NTASKS");
+  j.node_id = env.integer("SLURM_NODEID");
+  j.proc_id = env.integer("SLURM_PROCID");
+  j.local_id = env.integer("SLURM_LOCALID");
+  j.hosts = in.expand_nodelist ? in.expand_nodelist(nodelist) : expand_nodelist(nodelist);
+  if (j.nnodes < 1 || static_cast<int>(j.hosts.size()) != j.nnodes)
+    raise<UserError>("SLURM node list \"{}\" names {} host(s), but SLURM_NNODES is {}.", nodelist, j.hosts.size(),
+                     j.nnodes);
+  if (j.ntasks % j.nnodes != 0)
     raise<UserError>(
         "SLURM_NTASKS {} is not divisible by SLURM_NNODES {}: every node must run the same number of "
         "tasks.",
-        ntasks, nnodes);
-  int per_node = env.has("SLURM_NTASKS_PER_NODE") ? tasks_per_node(env.get("SLURM_NTASKS_PER_NODE")) : ntasks / nnodes;
-  if (per_node * nnodes != ntasks)
-    raise<UserError>("SLURM_NTASKS_PER_NODE {} x SLURM_NNODES {} is not SLURM_NTASKS {}.", per_node, nnodes, ntasks);
-  if (node_id < 0 || node_id >= nnodes)
-    raise<UserError>("SLURM_NODEID must be in [0, {}), but is {} instead.", nnodes, node_id);
-  if (proc_id < 0 || proc_id >= ntasks)
-    raise<UserError>("SLURM_PROCID must be in [0, {}), but is {} instead.", ntasks, proc_id);
-  if (local_id < 0 || local_id >= per_node)
-    raise<UserError>("SLURM_LOCALID must be in [0, {}), but is {} instead.", per_node, local_id);
-  Topology t;
-  t.master_addr = hosts.front();
-  if (in.port > 0) {
-    t.master_port = in.port;
+        j.ntasks, j.nnodes);
+  j.per_node =
+      env.has("SLURM_NTASKS_PER_NODE") ? tasks_per_node(env.get("SLURM_NTASKS_PER_NODE")) : j.ntasks / j.nnodes;
+  if (j.per_node * j.nnodes != j.ntasks)
+    raise<UserError>("SLURM_NTASKS_PER_NODE {} x SLURM_NNODES {} is not SLURM_NTASKS {}.", j.per_node, j.nnodes,
+                     j.ntasks);
+  if (j.node_id < 0 || j.node_id >= j.nnodes)
+    raise<UserError>("SLURM_NODEID must be in [0, {}), but is {} instead.", j.nnodes, j.node_id);
+  if (j.proc_id < 0 || j.proc_id >= j.ntasks)
+    raise<UserError>("SLURM_PROCID must be in [0, {}), but is {} instead.", j.ntasks, j.proc_id);
+  if (j.local_id < 0 || j.local_id >= j.per_node)
+    raise<UserError>("SLURM_LOCALID must be in [0, {}), but is {} instead.", j.per_node, j.local_id);
+  return j;
+}
+
+// The configured port, else one derived from SLURM_JOB_ID, so that every task agrees.
+int slurm_master_port(const TopologyInputs& in, const Env& env) {
+  if (in.port > 0) return in.port;
+  char* end = nullptr;
+  long job = std::strtol(env.get("SLURM_JOB_ID").c_str(), &end, 10);
+  if (*end != '\0' || job < 0)
+    raise<UserError>("SLURM_JOB_ID must be a number, but is \"{}\" instead.", env.get("SLURM_JOB_ID"));
+  return slurm_port(job);
+}
+
+// One task per node: it spawns one process per local device (CPU: distributed_world_size / nodes).
+void slurm_per_node(const TopologyInputs& in, const SlurmJob& j, Topology& t) {
+  int local = use_cuda(in) ? in.cuda_devices : std::max(1, in.world_size / j.nnodes);
+  if (!use_cuda(in) && in.world_size > 1 && in.world_size % j.nnodes != 0)
+    raise<UserError>("`distributed_world_size` {} is not divisible by the {} SLURM nodes.", in.world_size, j.nnodes);
+  t.mode = LaunchMode::slurm_per_node;
+  t.world_size = j.nnodes * local;
+  check_world_size(in, t.world_size, "SLURM (nodes x local devices)");
+  t.rank = j.node_id * local;
+  t.local_world_size = local;
+  if (local > 1 && !in.no_spawn) {
+    t.spawn = local;
   } else {
-    char* end = nullptr;
-    long job = std::strtol(env.get("SLURM_JOB_ID").c_str(), &end, 10);
-    if (*end != '\0' || job < 0)
-      raise<UserError>("SLURM_JOB_ID must be a number, but is \"{}\" instead.", env.get("SLURM_JOB_ID"));
-    t.master_port = slurm_port(job);
+    t.device = device_for(in, 0, "the local device");
   }
+  if (local > 1 && in.no_spawn)
+    raise<UserError>(
+        "one SLURM task per node needs to spawn {} local processes, but `distributed_no_spawn` is set; "
+        "start one task per device (srun --ntasks-per-node={}) instead.",
+        local, local);
+}
+
+Topology from_slurm(const TopologyInputs& in) {
+  Env env(in.env);
+  const SlurmJob j = read_slurm(in, env);
+  Topology t;
+  t.master_addr = j.hosts.front();
+  t.master_port = slurm_master_port(in, env);
   check_port(t.master_port, "`distributed_training.distributed_port`");
-  if (per_node == 1) {
-    // One task per node: it spawns one process per local device (CPU: distributed_world_size / nodes).
-    int local = use_cuda(in) ? in.cuda_devices : std::max(1, in.world_size / nnodes);
-    if (!use_cuda(in) && in.world_size > 1 && in.world_size % nnodes != 0)
-      raise<UserError>("`distributed_world_size` {} is not divisible by the {} SLURM nodes.", in.world_size, nnodes);
-    t.mode = LaunchMode::slurm_per_node;
-    t.world_size = nnodes * local;
-    check_world_size(in, t.world_size, "SLURM (nodes x local devices)");
-    t.rank = node_id * local;
-    t.local_world_size = local;
-    if (local > 1 && !in.no_spawn) {
-      t.spawn = local;
-    } else {
-      t.device = device_for(in, 0, "the local device");
-    }
-    if (local > 1 && in.no_spawn)
-      raise<UserError>(
-          "one SLURM task per node needs to spawn {} local processes, but `distributed_no_spawn` is set; "
-          "start one task per device (srun --ntasks-per-node={}) instead.",
-          local, local);
+  if (j.per_node == 1) {
+    slurm_per_node(in, j, t);
     return t;
   }
   t.mode = LaunchMode::slurm_per_task;
-  t.world_size = ntasks;
+  t.world_size = j.ntasks;
   check_world_size(in, t.world_size, "SLURM_NTASKS");
-  t.rank = proc_id;
-  t.local_rank = local_id;
-  t.local_world_size = per_node;
-  if (use_cuda(in) && per_node > in.cuda_devices)
-    raise<UserError>("SLURM runs {} tasks per node, but this node has only {} CUDA device(s).", per_node,
+  t.rank = j.proc_id;
+  t.local_rank = j.local_id;
+  t.local_world_size = j.per_node;
+  if (use_cuda(in) && j.per_node > in.cuda_devices)
+    raise<UserError>("SLURM runs {} tasks per node, but this node has only {} CUDA device(s).", j.per_node,
                      in.cuda_devices);
-  t.device = device_for(in, local_id, "SLURM_LOCALID");
+  t.device = device_for(in, j.local_id, "SLURM_LOCALID");
   return t;
 }
 

@@ -8,7 +8,6 @@
 #include <torch/torch.h>
 
 #include "fairseq_cpp/core/errors.h"
-#include "fairseq_cpp/generation/search.h"
 #include "fairseq_cpp/nn/packed_linear.h"
 
 namespace fairseq_cpp::generation {
@@ -130,274 +129,325 @@ SequenceGenerator::SequenceGenerator(const GeneratorOptions& options, const Voca
   }
 }
 
+// The search's state between steps. Rows: N = B * K hypotheses, K per sentence still searched.
+struct SequenceGenerator::Search {
+  int64_t bsz = 0;      // B: sentences still searched
+  int64_t max_len = 0;  // the longest output, </s> not counted
+  c10::Device device = c10::kCPU;
+  at::TensorOptions long_options;
+  models::EncoderOut encoder_out;  // (B, ...) before step 1, then (N, ...)
+  models::IncrementalState cache;
+  bool one_row_per_sentence = true;  // step 0 decodes B rows; step 1 expands the caches to N
+  at::Tensor source_lengths;         // (B) int64
+  at::Tensor prefix_tokens;          // (B, P) forced first tokens, or undefined
+  at::Tensor tokens;                 // (N, max_len + 2) int64: </s>, then each step's word
+  at::Tensor scores;                 // (N, max_len + 1) float32: cumulative log-probabilities
+  at::Tensor blacklist;              // (B, K) bool: beams that finalized and must not continue
+  at::Tensor attn;                   // (N, max_len + 1, S) with need_attn: each row's attention at each step
+  at::Tensor src_cpu;                // (B0, S) the sources as given, with need_attn
+  at::Tensor reorder_state;          // (N) the rows of the last step the hypotheses continue
+  at::Tensor batch_idxs;             // (B') the sentences kept after the last step, or undefined
+  at::Generator rng;                 // sampling's
+  std::vector<std::vector<Hypothesis>> finalized;  // per sentence of the batch as given
+  std::vector<bool> finished;
+  int64_t num_remaining = 0;
+};
+
+// Encode once. Step 0 decodes one row per sentence (its K hypotheses are all "</s>"), so the
+// cross-attention keys/values are projected for B rows, not B * K; step 1 expands every cache
+// and the encoder states to K rows per sentence.
+SequenceGenerator::Search SequenceGenerator::start(models::EncoderDecoderModel& model, const at::Tensor& src_tokens,
+                                                   const at::Tensor& src_lengths,
+                                                   const at::Tensor& prefix_tokens) const {
+  Search s;
+  const int64_t beam = options_.beam;
+  s.bsz = src_tokens.size(0);
+  s.device = src_tokens.device();
+  s.long_options = torch::TensorOptions().dtype(torch::kInt64).device(s.device);
+  s.source_lengths = src_lengths.to(s.long_options);
+  s.max_len = options_.match_source_len
+                  ? s.source_lengths.max().item<int64_t>()
+                  : std::min(static_cast<int64_t>(options_.max_len_a * static_cast<double>(src_tokens.size(1)) +
+                                                  static_cast<double>(options_.max_len_b)),
+                             model.max_target_positions() - 1);
+  if (options_.min_len > s.max_len) {
+    raise<UserError>("`min_len` must be at most the longest output allowed ({} tokens), but is {} instead.", s.max_len,
+                     options_.min_len);
+  }
+  if (options_.sampling) s.rng = at::detail::createCPUGenerator(options_.seed);
+  s.encoder_out = model.encode(src_tokens, src_lengths);
+  s.cache.need_attn = options_.need_attn;
+  if (options_.need_attn) s.src_cpu = src_tokens.to(torch::kCPU).contiguous();
+  s.scores =
+      torch::zeros({s.bsz * beam, s.max_len + 1}, torch::TensorOptions().dtype(torch::kFloat32).device(s.device));
+  s.tokens = torch::full({s.bsz * beam, s.max_len + 2}, vocab_.pad, s.long_options);
+  s.tokens.select(1, 0).fill_(vocab_.eos);
+  s.blacklist = torch::zeros({s.bsz, beam}, torch::TensorOptions().dtype(torch::kBool).device(s.device));
+  s.prefix_tokens = prefix_tokens;
+  s.finalized.resize(static_cast<size_t>(s.bsz));
+  s.finished.assign(static_cast<size_t>(s.bsz), false);
+  s.num_remaining = s.bsz;
+  return s;
+}
+
+// Reorders the decoder's cache (and the encoder's states, when sentences left the batch or at
+// step 1's expansion) to the hypotheses that continue.
+void SequenceGenerator::reorder_cache(Search& s) const {
+  if (!s.reorder_state.defined()) return;
+  const int64_t beam = options_.beam;
+  at::Tensor kept_rows;
+  if (s.batch_idxs.defined()) {
+    // Rows of removed sentences are gone: shift each kept sentence's beam indices.
+    at::Tensor corr = s.batch_idxs - torch::arange(s.batch_idxs.numel(), s.long_options);
+    s.reorder_state = (s.reorder_state.view({-1, beam}) + corr.unsqueeze(-1) * beam).view(-1);
+    // (B') -> (B' * K): the old rows of the kept sentences.
+    kept_rows = (s.batch_idxs.unsqueeze(1) * beam + torch::arange(beam, s.long_options).unsqueeze(0)).view(-1);
+  }
+  if (s.one_row_per_sentence) {
+    // Old row r of the B * K numbering is cache row r / K.
+    at::Tensor encoder_rows = kept_rows.defined() ? kept_rows : torch::arange(s.bsz * beam, s.long_options);
+    encoder_rows = encoder_rows.div(beam, "floor");
+    at::Tensor self_rows = s.reorder_state.div(beam, "floor");
+    for (auto& layer : s.cache.layers) {
+      layer.self_attn.reorder(self_rows);
+      layer.encoder_attn.reorder(encoder_rows);
+    }
+    s.encoder_out = models::EncoderDecoderModel::reorder_encoder_out(s.encoder_out, encoder_rows);
+    s.one_row_per_sentence = false;
+    return;
+  }
+  // The K rows of a sentence share its encoder states, so a reordering within sentences leaves
+  // encoder-side data unchanged: it is only subset when sentences leave the batch (fairseq
+  // reorders it every step; the values are the same).
+  for (auto& layer : s.cache.layers) {
+    layer.self_attn.reorder(s.reorder_state);
+    if (kept_rows.defined()) layer.encoder_attn.reorder(kept_rows);
+  }
+  if (kept_rows.defined()) s.encoder_out = models::EncoderDecoderModel::reorder_encoder_out(s.encoder_out, kept_rows);
+}
+
+// One decoder step: the log-probabilities (N, V) of every hypothesis' next word (and, with
+// need_attn, the step's attention kept in s.attn).
+at::Tensor SequenceGenerator::decode_step(models::EncoderDecoderModel& model, Search& s, int64_t step) const {
+  const int64_t beam = options_.beam, vocab = vocab_.size;
+  at::Tensor lprobs;  // (N, V), N = B * K
+  if (s.one_row_per_sentence) {
+    at::Tensor first = s.tokens.narrow(1, 0, 1).index_select(0, torch::arange(s.bsz, s.long_options) * beam);  // (B, 1)
+    at::Tensor logits = model.decode_step(first, s.encoder_out, s.cache);  // (B, 1, V)
+    if (options_.temperature != 1.0) logits = logits / options_.temperature;
+    // (B, 1, V) -> (B, V) -> (B * K, V)
+    lprobs = models::EncoderDecoderModel::log_probs(logits).view({s.bsz, vocab}).repeat_interleave(beam, 0);
+  } else {
+    at::Tensor logits = model.decode_step(s.tokens.narrow(1, 0, step + 1), s.encoder_out, s.cache);  // (N, 1, V)
+    if (options_.temperature != 1.0) logits = logits / options_.temperature;
+    lprobs = models::EncoderDecoderModel::log_probs(logits).view({-1, vocab});  // (N, 1, V) -> (N, V)
+  }
+  if (options_.need_attn) {
+    at::Tensor step_attn = s.cache.attn.to(torch::kFloat32);                       // (N, S), or (B, S) at step 0
+    if (s.one_row_per_sentence) step_attn = step_attn.repeat_interleave(beam, 0);  // (B, S) -> (B * K, S)
+    if (!s.attn.defined()) s.attn = torch::zeros({s.bsz * beam, s.max_len + 1, step_attn.size(1)}, step_attn.options());
+    s.attn.select(1, step).copy_(step_attn);
+  }
+  return lprobs;
+}
+
+// The constraints on this step's words: never <pad>, --unkpen, only </s> at the maximum length,
+// forced prefixes, no </s> before min_len, no repeated n-grams, --match-source-len's lengths.
+void SequenceGenerator::constrain(const Search& s, int64_t step, at::Tensor& lprobs) const {
+  const int64_t eos = vocab_.eos, pad = vocab_.pad, vocab = vocab_.size;
+  lprobs.select(1, pad).fill_(kNegInf);
+  if (options_.unkpen != 0) lprobs.select(1, vocab_.unk).sub_(options_.unkpen);
+  if (step >= s.max_len) {
+    lprobs.narrow(1, 0, eos).fill_(kNegInf);
+    lprobs.narrow(1, eos + 1, vocab - eos - 1).fill_(kNegInf);
+  }
+  if (s.prefix_tokens.defined() && step < s.prefix_tokens.size(1) && step < s.max_len) {
+    at::Tensor forced = s.prefix_tokens.select(1, step).repeat_interleave(options_.beam).unsqueeze(-1);  // (N, 1)
+    at::Tensor forced_lprobs = lprobs.gather(1, forced);
+    at::Tensor only_forced = torch::full_like(lprobs, kNegInf).scatter(1, forced, forced_lprobs);
+    lprobs = torch::where(forced.ne(pad), only_forced, lprobs);
+  } else if (step < options_.min_len) {
+    lprobs.select(1, eos).fill_(kNegInf);
+  }
+  if (options_.no_repeat_ngram_size > 0) block_repeated_ngrams(s.tokens, step, options_.no_repeat_ngram_size, lprobs);
+  if (options_.match_source_len) {
+    // fairseq's LengthConstrainedBeamSearch with both lengths = the source length L: </s> is
+    // impossible before step L and costs nothing from step L on (over min_len and prefixes).
+    at::Tensor eos_lprobs = lprobs.select(1, eos);
+    eos_lprobs.fill_(0);
+    eos_lprobs.masked_fill_(s.source_lengths.repeat_interleave(options_.beam).gt(step), kNegInf);  // (B) -> (N)
+  }
+}
+
+// The search strategy's candidates (B, C) for this step.
+Candidates SequenceGenerator::candidates(Search& s, int64_t step, const at::Tensor& lprobs) const {
+  const int64_t beam = options_.beam;
+  at::Tensor cumulative = step > 0 ? s.scores.select(1, step - 1).view({s.bsz, beam}) : at::Tensor();
+  at::Tensor lprobs3 = lprobs.view({s.bsz, beam, vocab_.size});
+  if (options_.sampling)
+    return sampling_step(step, lprobs3, cumulative, {options_.sampling_topk, options_.sampling_topp}, s.rng);
+  if (options_.diverse_beam_groups > 0)
+    return diverse_beam_search_step(step, lprobs3, cumulative, options_.diverse_beam_groups,
+                                    options_.diverse_beam_strength);
+  return beam_search_step(step, lprobs3, cumulative);
+}
+
+// Hypothesis `i` of the ones finalized at `step` (rows of the CPU copies), of sentence `sent`.
+Hypothesis SequenceGenerator::make_hypothesis(const Search& s, const Finalizing& f, int64_t i, int64_t step,
+                                              int64_t sent, int64_t unfin) const {
+  Hypothesis h;
+  const int64_t* t = f.tokens.data_ptr<int64_t>() + i * (step + 1);
+  const float* p = f.positional.data_ptr<float>() + i * (step + 1);
+  h.tokens.assign(t, t + step + 1);
+  h.positional_scores.assign(p, p + step + 1);
+  h.score = f.scores.data_ptr<float>()[i];
+  if (f.attn.defined()) {
+    h.attention = f.attn[i].clone();
+    const int64_t* src = s.src_cpu.data_ptr<int64_t>() + sent * s.src_cpu.size(1);
+    h.alignment = hard_alignment(h.attention, std::vector<int64_t>(src, src + s.src_cpu.size(1)), h.tokens, vocab_.pad,
+                                 vocab_.eos);
+  }
+  // fairseq (>= 0.12.3): an output longer than its source keeps its place with score -inf.
+  if (f.lengths.defined() && step > f.lengths.data_ptr<int64_t>()[unfin]) h.score = kNegInf;
+  return h;
+}
+
+// Finalizes the hypotheses `bbsz_idx` (rows of tokens/scores) that end with </s> at `step`,
+// preferring earlier ones; returns the batch rows (unfinished numbering) of sentences now done.
+std::vector<int64_t> SequenceGenerator::finalize(Search& s, int64_t step, const at::Tensor& bbsz_idx,
+                                                 at::Tensor eos_scores) const {
+  const int64_t beam = options_.beam;
+  at::Tensor hyp_tokens = s.tokens.narrow(1, 1, step + 1).index_select(0, bbsz_idx);
+  hyp_tokens.select(1, step).fill_(vocab_.eos);
+  at::Tensor pos = s.scores.narrow(1, 0, step + 1).index_select(0, bbsz_idx);
+  pos.select(1, step).copy_(eos_scores);
+  if (step > 0) pos.narrow(1, 1, step).copy_(pos.narrow(1, 1, step) - pos.narrow(1, 0, step));
+  if (options_.normalize_scores) eos_scores = eos_scores / std::pow(static_cast<double>(step + 1), options_.lenpen);
+  Finalizing f;
+  f.scores = eos_scores.to(torch::kCPU).contiguous();
+  f.tokens = hyp_tokens.to(torch::kCPU).contiguous();
+  f.positional = pos.to(torch::kCPU).contiguous();
+  // (n, step + 1, S): the attention of the hypotheses' tokens
+  if (s.attn.defined()) f.attn = s.attn.narrow(1, 0, step + 1).index_select(0, bbsz_idx).to(torch::kCPU);
+  if (options_.match_source_len) f.lengths = s.source_lengths.to(torch::kCPU);
+  // Unfinished row -> sentence: sentences already finished were dropped from the batch.
+  std::vector<int64_t> cum_unfin;
+  int64_t prev = 0;
+  for (bool done : s.finished) {
+    if (done) {
+      ++prev;
+    } else {
+      cum_unfin.push_back(prev);
+    }
+  }
+  std::map<int64_t, int64_t> seen;  // sentence -> unfinished row
+  at::Tensor idx_cpu = bbsz_idx.to(torch::kCPU).contiguous();
+  const int64_t* idx = idx_cpu.data_ptr<int64_t>();
+  for (int64_t i = 0; i < idx_cpu.numel(); ++i) {
+    const int64_t unfin = idx[i] / beam;
+    const int64_t sent = unfin + cum_unfin[static_cast<size_t>(unfin)];
+    seen.emplace(sent, unfin);
+    auto& list = s.finalized[static_cast<size_t>(sent)];
+    if (static_cast<int64_t>(list.size()) < beam) list.push_back(make_hypothesis(s, f, i, step, sent, unfin));
+  }
+  std::vector<int64_t> newly_finished;
+  for (const auto& [sent, unfin] : seen) {
+    auto k = static_cast<size_t>(sent);
+    if (!s.finished[k] && (static_cast<int64_t>(s.finalized[k].size()) == beam || step == s.max_len)) {
+      s.finished[k] = true;
+      newly_finished.push_back(unfin);
+    }
+  }
+  return newly_finished;
+}
+
+// Drops the sentences `done` (rows of this step's batch) from the search and the candidates.
+void SequenceGenerator::drop_sentences(Search& s, Candidates& cand, at::Tensor& eos_mask,
+                                       const std::vector<int64_t>& done) const {
+  const int64_t beam = options_.beam;
+  const int64_t new_bsz = s.bsz - static_cast<int64_t>(done.size());
+  at::Tensor batch_mask = torch::ones({s.bsz}, torch::TensorOptions().dtype(torch::kBool).device(s.device));
+  batch_mask.index_fill_(0, torch::tensor(done, torch::kInt64).to(s.device), false);
+  const at::Tensor kept = batch_mask.nonzero().squeeze(-1);
+  s.batch_idxs = kept;
+  eos_mask = eos_mask.index_select(0, kept);
+  cand.beams = cand.beams.index_select(0, kept);
+  cand.scores = cand.scores.index_select(0, kept);
+  cand.tokens = cand.tokens.index_select(0, kept);
+  if (s.prefix_tokens.defined()) s.prefix_tokens = s.prefix_tokens.index_select(0, kept);
+  s.source_lengths = s.source_lengths.index_select(0, kept);
+  s.blacklist = s.blacklist.index_select(0, kept);
+  // (B * K, L) -> (B, K * L), keep rows -> (B' * K, L)
+  s.scores = s.scores.view({s.bsz, -1}).index_select(0, kept).view({new_bsz * beam, -1});
+  s.tokens = s.tokens.view({s.bsz, -1}).index_select(0, kept).view({new_bsz * beam, -1});
+  if (s.attn.defined()) {
+    // (B * K, L, S) -> (B, K * L * S), keep rows -> (B' * K, L, S)
+    const int64_t length = s.attn.size(1), width = s.attn.size(2);
+    s.attn = s.attn.view({s.bsz, -1}).index_select(0, kept).view({new_bsz * beam, length, width});
+  }
+  s.bsz = new_bsz;
+}
+
+// The `beam` best candidates that did not finalize continue: finalized or blacklisted ones sort
+// after every active one. Writes their words and scores at `step` and keeps their rows.
+void SequenceGenerator::advance(Search& s, const Candidates& cand, at::Tensor& eos_mask, int64_t step) const {
+  const int64_t beam = options_.beam;
+  const int64_t cand_size = cand.scores.size(1);
+  at::Tensor cand_bbsz_idx = cand.beams + (torch::arange(s.bsz, s.long_options) * beam).unsqueeze(1);
+  eos_mask.narrow(1, 0, beam).logical_or_(s.blacklist);
+  at::Tensor active_mask =
+      eos_mask.to(torch::kInt64) * cand_size + torch::arange(cand_size, s.long_options).unsqueeze(0);
+  auto [new_blacklist, active_hypos] = active_mask.topk(beam, 1, /*largest=*/false);
+  s.blacklist = new_blacklist.ge(cand_size).narrow(1, 0, beam);
+  at::Tensor active_bbsz_idx = cand_bbsz_idx.gather(1, active_hypos).view(-1);
+  at::Tensor active_scores = cand.scores.gather(1, active_hypos).view(-1);
+  s.tokens = keep_rows(s.tokens, active_bbsz_idx, step + 1);
+  s.tokens.select(1, step + 1).copy_(cand.tokens.gather(1, active_hypos).view(-1));
+  s.scores = keep_rows(s.scores, active_bbsz_idx, step);
+  s.scores.select(1, step).copy_(active_scores);
+  if (s.attn.defined()) s.attn = keep_rows(s.attn, active_bbsz_idx, step + 1);
+  s.reorder_state = active_bbsz_idx;
+}
+
 std::vector<std::vector<Hypothesis>> SequenceGenerator::generate(models::EncoderDecoderModel& model,
                                                                  const at::Tensor& src_tokens,
                                                                  const at::Tensor& src_lengths,
-                                                                 const at::Tensor& prefix_tokens_in) const {
+                                                                 const at::Tensor& prefix_tokens) const {
   c10::InferenceMode inference;
   nn::PackedLinearScope packed_weights;  // CPU: each weight packed once for the step GEMMs
   if (model.is_training()) model.eval();
   const int64_t beam = options_.beam;
-  const int64_t vocab = vocab_.size;
-  const int64_t eos = vocab_.eos, pad = vocab_.pad;
-  int64_t bsz = src_tokens.size(0);
-  const auto device = src_tokens.device();
-  const auto long_options = torch::TensorOptions().dtype(torch::kInt64).device(device);
-  at::Tensor source_lengths = src_lengths.to(long_options);  // (B) of the sentences still searched
-  const int64_t max_len =
-      options_.match_source_len
-          ? source_lengths.max().item<int64_t>()
-          : std::min(static_cast<int64_t>(options_.max_len_a * static_cast<double>(src_tokens.size(1)) +
-                                          static_cast<double>(options_.max_len_b)),
-                     model.max_target_positions() - 1);
-  if (options_.min_len > max_len) {
-    raise<UserError>("`min_len` must be at most the longest output allowed ({} tokens), but is {} instead.", max_len,
-                     options_.min_len);
-  }
-
-  at::Generator rng;
-  if (options_.sampling) rng = at::detail::createCPUGenerator(options_.seed);
-
-  // Encode once. Step 0 decodes one row per sentence (its K hypotheses are all "</s>"), so the
-  // cross-attention keys/values are projected for B rows, not B * K; step 1 expands every cache
-  // and the encoder states to K rows per sentence.
-  models::EncoderOut encoder_out = model.encode(src_tokens, src_lengths);
-  models::IncrementalState state;
-  state.need_attn = options_.need_attn;
-  bool one_row_per_sentence = true;
-  at::Tensor attn;  // (N, max_len + 1, S) with need_attn: each row's attention at each step
-  at::Tensor src_cpu = options_.need_attn ? src_tokens.to(torch::kCPU).contiguous() : at::Tensor();
-
-  at::Tensor scores =
-      torch::zeros({bsz * beam, max_len + 1}, torch::TensorOptions().dtype(torch::kFloat32).device(device));
-  at::Tensor tokens = torch::full({bsz * beam, max_len + 2}, pad, long_options);
-  tokens.select(1, 0).fill_(eos);
-  at::Tensor blacklist = torch::zeros({bsz, beam}, torch::TensorOptions().dtype(torch::kBool).device(device));
-  at::Tensor prefix_tokens = prefix_tokens_in;
-
-  std::vector<std::vector<Hypothesis>> finalized(static_cast<size_t>(bsz));
-  std::vector<bool> finished(static_cast<size_t>(bsz), false);
-  int64_t num_remaining = bsz;
-
-  // Finalizes the hypotheses `bbsz_idx` (rows of tokens/scores) that end with </s> at `step`,
-  // preferring earlier ones; returns the batch rows (unfinished numbering) of sentences now done.
-  auto finalize_hypos = [&](int64_t step, const at::Tensor& bbsz_idx, at::Tensor eos_scores) {
-    at::Tensor hyp_tokens = tokens.narrow(1, 1, step + 1).index_select(0, bbsz_idx);
-    hyp_tokens.select(1, step).fill_(eos);
-    at::Tensor pos = scores.narrow(1, 0, step + 1).index_select(0, bbsz_idx);
-    pos.select(1, step).copy_(eos_scores);
-    if (step > 0) pos.narrow(1, 1, step).copy_(pos.narrow(1, 1, step) - pos.narrow(1, 0, step));
-    if (options_.normalize_scores) eos_scores = eos_scores / std::pow(static_cast<double>(step + 1), options_.lenpen);
-
-    at::Tensor idx_cpu = bbsz_idx.to(torch::kCPU).contiguous();
-    at::Tensor score_cpu = eos_scores.to(torch::kCPU).contiguous();
-    at::Tensor tok_cpu = hyp_tokens.to(torch::kCPU).contiguous();
-    at::Tensor pos_cpu = pos.to(torch::kCPU).contiguous();
-    // (n, step + 1, S): the attention of the hypotheses' tokens
-    at::Tensor attn_cpu =
-        attn.defined() ? attn.narrow(1, 0, step + 1).index_select(0, bbsz_idx).to(torch::kCPU) : at::Tensor();
-    at::Tensor lengths_cpu = options_.match_source_len ? source_lengths.to(torch::kCPU) : at::Tensor();
-    // Unfinished row -> sentence: sentences already finished were dropped from the batch.
-    std::vector<int64_t> cum_unfin;
-    int64_t prev = 0;
-    for (bool f : finished) {
-      if (f) {
-        ++prev;
-      } else {
-        cum_unfin.push_back(prev);
-      }
-    }
-    std::map<int64_t, int64_t> seen;  // sentence -> unfinished row
-    const int64_t* idx = idx_cpu.data_ptr<int64_t>();
-    for (int64_t i = 0; i < idx_cpu.numel(); ++i) {
-      const int64_t unfin = idx[i] / beam;
-      const int64_t sent = unfin + cum_unfin[static_cast<size_t>(unfin)];
-      seen.emplace(sent, unfin);
-      auto& list = finalized[static_cast<size_t>(sent)];
-      if (static_cast<int64_t>(list.size()) < beam) {
-        Hypothesis h;
-        const int64_t* t = tok_cpu.data_ptr<int64_t>() + i * (step + 1);
-        const float* p = pos_cpu.data_ptr<float>() + i * (step + 1);
-        h.tokens.assign(t, t + step + 1);
-        h.positional_scores.assign(p, p + step + 1);
-        h.score = score_cpu.data_ptr<float>()[i];
-        if (attn_cpu.defined()) {
-          h.attention = attn_cpu[i].clone();
-          const int64_t* src = src_cpu.data_ptr<int64_t>() + sent * src_cpu.size(1);
-          h.alignment =
-              hard_alignment(h.attention, std::vector<int64_t>(src, src + src_cpu.size(1)), h.tokens, pad, eos);
-        }
-        // fairseq (>= 0.12.3): an output longer than its source keeps its place with score -inf.
-        if (lengths_cpu.defined() && step > lengths_cpu.data_ptr<int64_t>()[unfin]) h.score = kNegInf;
-        list.push_back(std::move(h));
-      }
-    }
-    std::vector<int64_t> newly_finished;
-    for (const auto& [sent, unfin] : seen) {
-      auto s = static_cast<size_t>(sent);
-      if (!finished[s] && (static_cast<int64_t>(finalized[s].size()) == beam || step == max_len)) {
-        finished[s] = true;
-        newly_finished.push_back(unfin);
-      }
-    }
-    return newly_finished;
-  };
-
-  at::Tensor reorder_state;
-  at::Tensor batch_idxs;
-  for (int64_t step = 0; step <= max_len; ++step) {  // one extra step for </s>
-    if (reorder_state.defined()) {
-      at::Tensor kept_rows;
-      if (batch_idxs.defined()) {
-        // Rows of removed sentences are gone: shift each kept sentence's beam indices.
-        at::Tensor corr = batch_idxs - torch::arange(batch_idxs.numel(), long_options);
-        reorder_state = (reorder_state.view({-1, beam}) + corr.unsqueeze(-1) * beam).view(-1);
-        // (B') -> (B' * K): the old rows of the kept sentences.
-        kept_rows = (batch_idxs.unsqueeze(1) * beam + torch::arange(beam, long_options).unsqueeze(0)).view(-1);
-      }
-      if (one_row_per_sentence) {
-        // Old row r of the B * K numbering is cache row r / K.
-        at::Tensor encoder_rows = kept_rows.defined() ? kept_rows : torch::arange(bsz * beam, long_options);
-        encoder_rows = encoder_rows.div(beam, "floor");
-        at::Tensor self_rows = reorder_state.div(beam, "floor");
-        for (auto& layer : state.layers) {
-          layer.self_attn.reorder(self_rows);
-          layer.encoder_attn.reorder(encoder_rows);
-        }
-        encoder_out = models::EncoderDecoderModel::reorder_encoder_out(encoder_out, encoder_rows);
-        one_row_per_sentence = false;
-      } else {
-        // The K rows of a sentence share its encoder states, so a reordering within sentences
-        // leaves encoder-side data unchanged: it is only subset when sentences leave the batch
-        // (fairseq reorders it every step; the values are the same).
-        for (auto& layer : state.layers) {
-          layer.self_attn.reorder(reorder_state);
-          if (kept_rows.defined()) layer.encoder_attn.reorder(kept_rows);
-        }
-        if (kept_rows.defined()) encoder_out = models::EncoderDecoderModel::reorder_encoder_out(encoder_out, kept_rows);
-      }
-    }
-    at::Tensor lprobs;  // (N, V), N = B * K
-    if (one_row_per_sentence) {
-      at::Tensor first = tokens.narrow(1, 0, 1).index_select(0, torch::arange(bsz, long_options) * beam);  // (B, 1)
-      at::Tensor logits = model.decode_step(first, encoder_out, state);                                    // (B, 1, V)
-      if (options_.temperature != 1.0) logits = logits / options_.temperature;
-      // (B, 1, V) -> (B, V) -> (B * K, V)
-      lprobs = models::EncoderDecoderModel::log_probs(logits).view({bsz, vocab}).repeat_interleave(beam, 0);
-    } else {
-      at::Tensor logits = model.decode_step(tokens.narrow(1, 0, step + 1), encoder_out, state);  // (N, 1, V)
-      if (options_.temperature != 1.0) logits = logits / options_.temperature;
-      lprobs = models::EncoderDecoderModel::log_probs(logits).view({-1, vocab});  // (N, 1, V) -> (N, V)
-    }
-    if (options_.need_attn) {
-      at::Tensor step_attn = state.attn.to(torch::kFloat32);                       // (N, S), or (B, S) at step 0
-      if (one_row_per_sentence) step_attn = step_attn.repeat_interleave(beam, 0);  // (B, S) -> (B * K, S)
-      if (!attn.defined()) attn = torch::zeros({bsz * beam, max_len + 1, step_attn.size(1)}, step_attn.options());
-      attn.select(1, step).copy_(step_attn);
-    }
-
-    lprobs.select(1, pad).fill_(kNegInf);
-    if (options_.unkpen != 0) lprobs.select(1, vocab_.unk).sub_(options_.unkpen);
-    if (step >= max_len) {
-      lprobs.narrow(1, 0, eos).fill_(kNegInf);
-      lprobs.narrow(1, eos + 1, vocab - eos - 1).fill_(kNegInf);
-    }
-    if (prefix_tokens.defined() && step < prefix_tokens.size(1) && step < max_len) {
-      at::Tensor forced = prefix_tokens.select(1, step).repeat_interleave(beam).unsqueeze(-1);  // (N, 1)
-      at::Tensor forced_lprobs = lprobs.gather(1, forced);
-      at::Tensor only_forced = torch::full_like(lprobs, kNegInf).scatter(1, forced, forced_lprobs);
-      lprobs = torch::where(forced.ne(pad), only_forced, lprobs);
-    } else if (step < options_.min_len) {
-      lprobs.select(1, eos).fill_(kNegInf);
-    }
-    if (options_.no_repeat_ngram_size > 0) block_repeated_ngrams(tokens, step, options_.no_repeat_ngram_size, lprobs);
-    if (options_.match_source_len) {
-      // fairseq's LengthConstrainedBeamSearch with both lengths = the source length L: </s> is
-      // impossible before step L and costs nothing from step L on (over min_len and prefixes).
-      at::Tensor eos_lprobs = lprobs.select(1, eos);
-      eos_lprobs.fill_(0);
-      eos_lprobs.masked_fill_(source_lengths.repeat_interleave(beam).gt(step), kNegInf);  // (B) -> (N)
-    }
-
-    at::Tensor cumulative = step > 0 ? scores.select(1, step - 1).view({bsz, beam}) : at::Tensor();
-    at::Tensor lprobs3 = lprobs.view({bsz, beam, vocab});
-    Candidates cand;
-    if (options_.sampling) {
-      cand = sampling_step(step, lprobs3, cumulative, {options_.sampling_topk, options_.sampling_topp}, rng);
-    } else if (options_.diverse_beam_groups > 0) {
-      cand = diverse_beam_search_step(step, lprobs3, cumulative, options_.diverse_beam_groups,
-                                      options_.diverse_beam_strength);
-    } else {
-      cand = beam_search_step(step, lprobs3, cumulative);
-    }
-    const int64_t cand_size = cand.scores.size(1);
-    at::Tensor bbsz_offsets = (torch::arange(bsz, long_options) * beam).unsqueeze(1);
-    at::Tensor cand_bbsz_idx = cand.beams + bbsz_offsets;
-
+  Search s = start(model, src_tokens, src_lengths, prefix_tokens);
+  for (int64_t step = 0; step <= s.max_len; ++step) {  // one extra step for </s>
+    reorder_cache(s);
+    at::Tensor lprobs = decode_step(model, s, step);
+    constrain(s, step, lprobs);
+    Candidates cand = candidates(s, step, lprobs);
     // Candidates ending in </s> among the top `beam` finalize (unless blacklisted or -inf).
-    at::Tensor eos_mask = cand.tokens.eq(eos) & cand.scores.ne(kNegInf);
-    eos_mask.narrow(1, 0, beam).masked_fill_(blacklist, false);
+    at::Tensor eos_mask = cand.tokens.eq(vocab_.eos) & cand.scores.ne(kNegInf);
+    eos_mask.narrow(1, 0, beam).masked_fill_(s.blacklist, false);
     at::Tensor top_eos = eos_mask.narrow(1, 0, beam);
+    at::Tensor cand_bbsz_idx = cand.beams + (torch::arange(s.bsz, s.long_options) * beam).unsqueeze(1);
     at::Tensor eos_bbsz_idx = cand_bbsz_idx.narrow(1, 0, beam).masked_select(top_eos);
-    std::vector<int64_t> finalized_sents;
+    std::vector<int64_t> done;
     if (eos_bbsz_idx.numel() > 0) {
-      at::Tensor eos_scores = cand.scores.narrow(1, 0, beam).masked_select(top_eos);
-      finalized_sents = finalize_hypos(step, eos_bbsz_idx, eos_scores);
-      num_remaining -= static_cast<int64_t>(finalized_sents.size());
+      done = finalize(s, step, eos_bbsz_idx, cand.scores.narrow(1, 0, beam).masked_select(top_eos));
+      s.num_remaining -= static_cast<int64_t>(done.size());
     }
-    if (num_remaining == 0) break;
-    if (step >= max_len) raise<OperationalError>("beam search: sentences unfinished at the maximum length");
-
-    if (!finalized_sents.empty()) {
-      const int64_t new_bsz = bsz - static_cast<int64_t>(finalized_sents.size());
-      at::Tensor batch_mask = torch::ones({bsz}, torch::TensorOptions().dtype(torch::kBool).device(device));
-      batch_mask.index_fill_(0, torch::tensor(finalized_sents, torch::kInt64).to(device), false);
-      batch_idxs = batch_mask.nonzero().squeeze(-1);
-      eos_mask = eos_mask.index_select(0, batch_idxs);
-      cand.beams = cand.beams.index_select(0, batch_idxs);
-      bbsz_offsets = (torch::arange(new_bsz, long_options) * beam).unsqueeze(1);
-      cand_bbsz_idx = cand.beams + bbsz_offsets;
-      cand.scores = cand.scores.index_select(0, batch_idxs);
-      cand.tokens = cand.tokens.index_select(0, batch_idxs);
-      if (prefix_tokens.defined()) prefix_tokens = prefix_tokens.index_select(0, batch_idxs);
-      source_lengths = source_lengths.index_select(0, batch_idxs);
-      blacklist = blacklist.index_select(0, batch_idxs);
-      // (B * K, L) -> (B, K * L), keep rows -> (B' * K, L)
-      scores = scores.view({bsz, -1}).index_select(0, batch_idxs).view({new_bsz * beam, -1});
-      tokens = tokens.view({bsz, -1}).index_select(0, batch_idxs).view({new_bsz * beam, -1});
-      if (attn.defined()) {
-        // (B * K, L, S) -> (B, K * L * S), keep rows -> (B' * K, L, S)
-        const int64_t length = attn.size(1), width = attn.size(2);
-        attn = attn.view({bsz, -1}).index_select(0, batch_idxs).view({new_bsz * beam, length, width});
-      }
-      bsz = new_bsz;
+    if (s.num_remaining == 0) break;
+    if (step >= s.max_len) raise<OperationalError>("beam search: sentences unfinished at the maximum length");
+    if (!done.empty()) {
+      drop_sentences(s, cand, eos_mask, done);
     } else {
-      batch_idxs = at::Tensor();
+      s.batch_idxs = at::Tensor();
     }
-
-    // The `beam` best candidates that did not finalize continue: finalized or blacklisted ones
-    // sort after every active one.
-    eos_mask.narrow(1, 0, beam).logical_or_(blacklist);
-    at::Tensor active_mask =
-        eos_mask.to(torch::kInt64) * cand_size + torch::arange(cand_size, long_options).unsqueeze(0);
-    auto [new_blacklist, active_hypos] = active_mask.topk(beam, 1, /*largest=*/false);
-    blacklist = new_blacklist.ge(cand_size).narrow(1, 0, beam);
-    at::Tensor active_bbsz_idx = cand_bbsz_idx.gather(1, active_hypos).view(-1);
-    at::Tensor active_scores = cand.scores.gather(1, active_hypos).view(-1);
-
-    tokens = keep_rows(tokens, active_bbsz_idx, step + 1);
-    tokens.select(1, step + 1).copy_(cand.tokens.gather(1, active_hypos).view(-1));
-    scores = keep_rows(scores, active_bbsz_idx, step);
-    scores.select(1, step).copy_(active_scores);
-    if (attn.defined()) attn = keep_rows(attn, active_bbsz_idx, step + 1);
-    reorder_state = active_bbsz_idx;
+    advance(s, cand, eos_mask, step);
   }
-
-  for (auto& list : finalized) {
+  for (auto& list : s.finalized) {
     std::stable_sort(list.begin(), list.end(),
                      [](const Hypothesis& a, const Hypothesis& b) { return a.score > b.score; });
   }
-  return finalized;
+  return std::move(s.finalized);
 }
 
 }  // namespace fairseq_cpp::generation

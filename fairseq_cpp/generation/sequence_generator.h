@@ -15,6 +15,7 @@
 #include <ATen/Tensor.h>
 
 #include "fairseq_cpp/config/sections.h"
+#include "fairseq_cpp/generation/search.h"
 #include "fairseq_cpp/models/encoder_decoder.h"
 
 namespace fairseq_cpp::generation {
@@ -81,6 +82,27 @@ class SequenceGenerator {
   const GeneratorOptions& options() const { return options_; }
 
  private:
+  // The steps of generate, as fairseq2's beam search and CTranslate2's decoding split them: encode
+  // and set up the search; each step reorders the cache, decodes, constrains the words, takes the
+  // search strategy's candidates, finalizes the hypotheses that end, drops the sentences done and
+  // advances the rest.
+  struct Search;
+  // The CPU copies of the hypotheses one step finalizes.
+  struct Finalizing {
+    at::Tensor tokens, positional, scores, attn, lengths;
+  };
+  Search start(models::EncoderDecoderModel& model, const at::Tensor& src_tokens, const at::Tensor& src_lengths,
+               const at::Tensor& prefix_tokens) const;
+  void reorder_cache(Search& s) const;
+  at::Tensor decode_step(models::EncoderDecoderModel& model, Search& s, int64_t step) const;
+  void constrain(const Search& s, int64_t step, at::Tensor& lprobs) const;
+  Candidates candidates(Search& s, int64_t step, const at::Tensor& lprobs) const;
+  std::vector<int64_t> finalize(Search& s, int64_t step, const at::Tensor& bbsz_idx, at::Tensor eos_scores) const;
+  Hypothesis make_hypothesis(const Search& s, const Finalizing& f, int64_t i, int64_t step, int64_t sent,
+                             int64_t unfin) const;
+  void drop_sentences(Search& s, Candidates& cand, at::Tensor& eos_mask, const std::vector<int64_t>& done) const;
+  void advance(Search& s, const Candidates& cand, at::Tensor& eos_mask, int64_t step) const;
+
   GeneratorOptions options_;
   Vocabulary vocab_;
 };

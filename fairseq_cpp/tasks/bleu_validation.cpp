@@ -1,6 +1,7 @@
 #include "fairseq_cpp/tasks/bleu_validation.h"
 
 #include "fairseq_cpp/config/config.h"
+#include "fairseq_cpp/core/logging.h"
 #include "fairseq_cpp/generation/output.h"
 #include "fairseq_cpp/scoring/detokenizer.h"
 
@@ -26,11 +27,18 @@ scoring::ScoringOptions bleu_options(const config::TaskConfig& task) {
 
 BleuValidation::BleuValidation(const config::TaskConfig& task, const data::Dictionary& tgt_dict, uint64_t seed)
     : dict_(tgt_dict),
+      print_samples_(task.eval_bleu_print_samples),
       remove_bpe_(task.eval_bleu_remove_bpe),
       detok_language_(task.eval_bleu_detok == "moses" ? config::eval_bleu_detok_language(task.eval_bleu_detok_args) : ""),
       generator_(generation::generator_options(config::eval_bleu_generation(task.eval_bleu_args), seed),
                  {tgt_dict.pad(), tgt_dict.eos(), tgt_dict.unk(), tgt_dict.size()}),
       scorer_(scoring::make_scorer("bleu", bleu_options(task))) {}
+
+void BleuValidation::log_samples() const {
+  if (!print_samples_) return;
+  log::info("valid", "example hypothesis: {}", sample_hypothesis_);
+  log::info("valid", "example reference: {}", sample_reference_);
+}
 
 std::string BleuValidation::decode(const std::vector<int64_t>& ids, const std::string& unk_string) const {
   std::string text = generation::ids_to_string(dict_, ids, remove_bpe_, unk_string);

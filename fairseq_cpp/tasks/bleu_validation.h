@@ -18,20 +18,23 @@
 #include "fairseq_cpp/data/language_pair_dataset.h"
 #include "fairseq_cpp/generation/sequence_generator.h"
 #include "fairseq_cpp/scoring/scorer.h"
+#include "fairseq_cpp/trainer/validation.h"
 
 namespace fairseq_cpp::tasks {
 
-class BleuValidation {
+class BleuValidation : public trainer::SearchMetric {
  public:
   // `task`'s eval_bleu_* keys; the search's options are config::eval_bleu_generation(task.eval_bleu_args).
   BleuValidation(const config::TaskConfig& task, const data::Dictionary& tgt_dict, uint64_t seed);
 
   // Searches one collated batch (on the model's device) and adds each sentence's statistics.
-  void add(models::EncoderDecoderModel& model, const data::Batch& batch, const c10::Device& device);
+  void add(models::EncoderDecoderModel& model, const data::Batch& batch, const c10::Device& device) override;
   // Sums over the batches added so far.
-  const std::vector<double>& statistics() const { return scorer_->statistics(); }
+  std::vector<double> statistics() const override { return scorer_->statistics(); }
   // sacreBLEU's corpus BLEU of `statistics` (summed over every rank).
-  double score(const std::vector<double>& statistics) const { return scorer_->score_from(statistics).score; }
+  double score(const std::vector<double>& statistics) const override { return scorer_->score_from(statistics).score; }
+  // With task.eval_bleu_print_samples: logs the first hypothesis and reference.
+  void log_samples() const override;
   // The first hypothesis and reference seen (fairseq's --eval-bleu-print-samples), "" before any.
   const std::string& sample_hypothesis() const { return sample_hypothesis_; }
   const std::string& sample_reference() const { return sample_reference_; }
@@ -40,6 +43,7 @@ class BleuValidation {
   std::string decode(const std::vector<int64_t>& ids, const std::string& unk_string) const;
 
   const data::Dictionary& dict_;
+  bool print_samples_ = false;
   std::string remove_bpe_;
   std::string detok_language_;  // empty: no detokenizer ("space")
   generation::SequenceGenerator generator_;

@@ -7,6 +7,7 @@
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
+#include <functional>
 #include <iostream>
 #include <map>
 #include <optional>
@@ -137,22 +138,12 @@ class Output {
   std::unique_ptr<data::AtomicFile> file_;
 };
 
-}  // namespace
-
-int generate_main(const Invocation& inv) {
-  const config::Config& cfg = inv.config;
-  const int threads = setup_compute(cfg);
-  keep_freed_memory();
+// The test split's batches (fairseq's generate iterator): filtered by the model's and the task's
+// positions, fairseq's default size, ordered under the seed; with --num-shards N --shard-id I
+// every N-th batch from the I-th on, so N processes together translate the split once.
+std::vector<std::vector<int64_t>> test_batches(const config::Config& cfg, const Translation& t,
+                                               const data::LanguagePairDataset& dataset) {
   const std::string& subset = cfg.dataset.gen_subset;
-  Translation t = load_translation(cfg, subset);
-  const std::string& bpe = cfg.common_eval.post_process;
-  const bool post_processed = !bpe.empty() && bpe != "none";
-
-  data::LanguagePairOptions pair_options = language_pair_options(t.trained.task, cfg.task, t.src_dict);
-  auto dataset =
-      data::LanguagePairDataset::load(t.data_dir, subset, t.src_lang, t.tgt_lang, t.src_dict, t.tgt_dict, pair_options);
-  log::info("generate", "{} {} {}-{} {} examples", t.data_dir, subset, t.src_lang, t.tgt_lang, dataset.size());
-
   data::SizeFilterOptions filter;
   filter.max_source_positions = std::min(cfg.task.max_source_positions, t.model->max_source_positions());
   filter.max_target_positions = std::min(cfg.task.max_target_positions, t.model->max_target_positions());
@@ -165,141 +156,160 @@ int generate_main(const Invocation& inv) {
   if (batching.max_tokens <= 0 && batching.max_sentences <= 0) batching.max_tokens = 12000;  // fairseq's default
   // fairseq orders the examples under numpy_seed(seed) with the dataset's shuffle on.
   auto batches = dataset.make_batches(static_cast<uint32_t>(cfg.common.seed), true, filter, batching);
-  // --num-shards N --shard-id I: this process translates every N-th batch from the I-th on (fairseq's
-  // sharded iterator), so N processes together translate the split once.
-  if (cfg.dataset.num_shards > 1) {
-    std::vector<std::vector<int64_t>> shard;
-    for (size_t k = static_cast<size_t>(cfg.dataset.shard_id); k < batches.size();
-         k += static_cast<size_t>(cfg.dataset.num_shards))
-      shard.push_back(std::move(batches[k]));
-    log::info("generate", "shard {} of {}: {} of {} batches", cfg.dataset.shard_id, cfg.dataset.num_shards,
-              shard.size(), batches.size());
-    batches = std::move(shard);
-  }
-
-  generation::SequenceGenerator generator = make_generator(cfg, t);
-  scoring::FairseqBleu scorer(t.tgt_dict);
-  auto sacrebleu = scoring::make_scorer("bleu", scoring::ScoringOptions{});
-  Output out(cfg.common_eval.results_path, subset);
-  const bool quiet = cfg.common_eval.quiet;
-  const int64_t nbest = cfg.generation.nbest;
-
-  int64_t num_sentences = 0, num_tokens = 0;
-  bool has_target = dataset.target() != nullptr;
-  const bool score_reference = cfg.generation.score_reference;
-  if (score_reference && !has_target)
-    raise<UserError>("--score-reference scores the references, but {} has no {} side", subset, t.tgt_lang);
-  const std::string& print_alignment = cfg.generation.print_alignment;
-  if (score_reference && (!print_alignment.empty() || !cfg.generation.replace_unk.empty()))
-    raise<UserError>("--print-alignment and --replace-unk with --score-reference are not supported yet");
-  const auto unk_dict = align_dict(cfg.generation);
-  // fairseq scores strings (turned back into tokens) when BPE is removed or <unk> replaced.
-  const bool retokenized = post_processed || unk_dict.has_value();
-  // Batches are collated and searched a window at a time, so memory stays bounded on large sets.
-  constexpr size_t kWindow = 32;
-  std::vector<std::vector<int64_t>> batch_indices;
-  std::vector<data::Batch> collated;
-  std::vector<generation::SearchBatch> inputs;
-  // Prints one batch's results (on this thread, in batch order, while the workers search on).
-  auto print_batch = [&](size_t b, generation::Hypotheses&& hypos) {
-    const data::Batch& batch = collated[b];
-    for (const auto& h : hypos) num_tokens += h.empty() ? 0 : static_cast<int64_t>(h[0].tokens.size());
-    const int64_t* ids = batch.id.data_ptr<int64_t>();
-    for (int64_t i : fairseq_row_order(dataset, batch_indices[b], batch)) {
-      const int64_t id = ids[i];
-      std::vector<int64_t> src = row_without_pad(batch.src_tokens[i], t.src_dict.pad());
-      std::vector<int64_t> tgt;
-      std::string target_str;
-      if (has_target) {
-        tgt = row_without_pad(batch.target[i], t.tgt_dict.pad());
-        target_str = generation::ids_to_string(t.tgt_dict, tgt, bpe, /*escape_unk=*/true);
-      }
-      const std::string src_str = generation::ids_to_string(t.src_dict, src, bpe);
-      if (!quiet) {
-        out.line(fmt::format("S-{}\t{}", id, src_str));
-        if (has_target) out.line(fmt::format("T-{}\t{}", id, target_str));
-      }
-      const auto& list = hypos[static_cast<size_t>(i)];
-      for (size_t j = 0; j < list.size() && static_cast<int64_t>(j) < nbest; ++j) {
-        const auto& h = list[j];
-        std::string hypo_str = generation::ids_to_string(t.tgt_dict, h.tokens, bpe);
-        if (unk_dict)
-          hypo_str = generation::replace_unk(hypo_str, src_str, h.alignment, *unk_dict, data::Dictionary::unk_word());
-        std::vector<int32_t> hypo_ids;
-        if (retokenized) hypo_ids = scorer.encode_line(hypo_str);  // as fairseq: every hypothesis
-        if (!quiet) {
-          const std::string score = generation::python_float(static_cast<double>(h.score));
-          out.line(fmt::format("H-{}\t{}\t{}", id, score, hypo_str));
-          out.line(fmt::format("D-{}\t{}\t{}", id, score, hypo_str));
-          out.line(fmt::format("P-{}\t{}", id, positional_scores(h.positional_scores)));
-          if (!print_alignment.empty()) {
-            out.line(fmt::format(
-                "A-{}\t{}", id, alignment_text(print_alignment, h, row_values(batch.src_tokens[i]), t.src_dict.pad())));
-          }
-        }
-        if (has_target && j == 0) {
-          if (cfg.generation.sacrebleu) {
-            sacrebleu->add(std::string_view(hypo_str), {std::string_view(target_str)});
-          } else if (retokenized) {
-            scorer.add(scorer.encode_line(target_str), std::move(hypo_ids));
-          } else {
-            std::vector<int32_t> r(tgt.begin(), tgt.end()), p(h.tokens.begin(), h.tokens.end());
-            scorer.add(std::move(r), std::move(p));
-          }
-        }
-      }
-    }
-    num_sentences += batch.nsentences;
-  };
-  const auto start = std::chrono::steady_clock::now();
-  for (size_t first = 0; first < batches.size(); first += kWindow) {
-    batch_indices.clear();
-    collated.clear();
-    inputs.clear();
-    for (size_t k = first; k < std::min(batches.size(), first + kWindow); ++k) {
-      data::Batch batch = dataset.collate(batches[k]);
-      if (batch.empty()) continue;
-      at::Tensor prefix;
-      if (cfg.generation.prefix_size > 0) {
-        prefix = batch.target.narrow(1, 0, std::min(cfg.generation.prefix_size, batch.target.size(1))).to(t.device);
-      }
-      inputs.push_back({batch.src_tokens.to(t.device), batch.src_lengths.to(t.device), prefix});
-      batch_indices.push_back(batches[k]);
-      collated.push_back(std::move(batch));
-    }
-    if (score_reference) {
-      for (size_t b = 0; b < collated.size(); ++b) {
-        const data::Batch& batch = collated[b];
-        print_batch(b, generation::score_references(*t.model, inputs[b].src_tokens, inputs[b].src_lengths,
-                                                    batch.prev_output_tokens.to(t.device), batch.target.to(t.device),
-                                                    t.tgt_dict.pad()));
-      }
-    } else {
-      generation::search_batches(generator, *t.model, inputs, t.device.is_cpu() ? threads : 1, print_batch);
-    }
-  }
-  const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
-  out.commit();
-  const double s = std::max(seconds, 1e-9);
-  fmt::print("| Translated {} sentences ({} tokens) in {:.1f}s ({:.2f} sentences/s, {:.2f} tokens/s)\n", num_sentences,
-             num_tokens, seconds, static_cast<double>(num_sentences) / s, static_cast<double>(num_tokens) / s);
-  if (has_target) {
-    const std::string result = cfg.generation.sacrebleu
-                                   ? sacrebleu->format(sacrebleu->score())
-                                   : scorer.result_string();
-    fmt::print("| Generate {} with beam={}: {}\n", subset, cfg.generation.beam, result);
-  }
-  std::fflush(stdout);
-  return kExitOk;
+  if (cfg.dataset.num_shards <= 1) return batches;
+  std::vector<std::vector<int64_t>> shard;
+  for (size_t k = static_cast<size_t>(cfg.dataset.shard_id); k < batches.size();
+       k += static_cast<size_t>(cfg.dataset.num_shards))
+    shard.push_back(std::move(batches[k]));
+  log::info("generate", "shard {} of {}: {} of {} batches", cfg.dataset.shard_id, cfg.dataset.num_shards,
+            shard.size(), batches.size());
+  return shard;
 }
 
-int interactive_main(const Invocation& inv) {
-  const config::Config& cfg = inv.config;
-  const int threads = setup_compute(cfg);
-  keep_freed_memory();
-  Translation t = load_translation(cfg, "train");
-  const std::string& bpe =
-      cfg.common_eval.post_process.empty() ? std::string("sentencepiece") : cfg.common_eval.post_process;
+// fairseq-generate's printing and scoring: each sentence's S-/T- lines, its nbest H-/D-/P-(/A-)
+// lines, and the best hypothesis against the reference for the BLEU line.
+class GenerateReport {
+ public:
+  GenerateReport(const config::Config& cfg, const Translation& t, const data::LanguagePairDataset& dataset)
+      : cfg_(cfg),
+        t_(t),
+        dataset_(dataset),
+        bpe_(cfg.common_eval.post_process),
+        has_target_(dataset.target() != nullptr),
+        unk_dict_(align_dict(cfg.generation)),
+        // fairseq scores strings (turned back into tokens) when BPE is removed or <unk> replaced.
+        retokenized_((!bpe_.empty() && bpe_ != "none") || unk_dict_.has_value()),
+        scorer_(t.tgt_dict),
+        sacrebleu_(scoring::make_scorer("bleu", scoring::ScoringOptions{})),
+        out_(cfg.common_eval.results_path, cfg.dataset.gen_subset) {
+    if (cfg.generation.score_reference && !has_target_)
+      raise<UserError>("--score-reference scores the references, but {} has no {} side", cfg.dataset.gen_subset,
+                       t.tgt_lang);
+    if (cfg.generation.score_reference && (!cfg.generation.print_alignment.empty() || !cfg.generation.replace_unk.empty()))
+      raise<UserError>("--print-alignment and --replace-unk with --score-reference are not supported yet");
+  }
+
+  // Prints one batch's results (`indices`: its examples), in fairseq's row order.
+  void batch(const data::Batch& batch, const std::vector<int64_t>& indices, generation::Hypotheses&& hypos) {
+    for (const auto& h : hypos) num_tokens_ += h.empty() ? 0 : static_cast<int64_t>(h[0].tokens.size());
+    for (int64_t i : fairseq_row_order(dataset_, indices, batch)) sentence(batch, i, hypos[static_cast<size_t>(i)]);
+    num_sentences_ += batch.nsentences;
+  }
+
+  // The speed line and, with references, the BLEU line.
+  void finish(double seconds) {
+    out_.commit();
+    const double s = std::max(seconds, 1e-9);
+    fmt::print("| Translated {} sentences ({} tokens) in {:.1f}s ({:.2f} sentences/s, {:.2f} tokens/s)\n",
+               num_sentences_, num_tokens_, seconds, static_cast<double>(num_sentences_) / s,
+               static_cast<double>(num_tokens_) / s);
+    if (has_target_) {
+      const std::string result =
+          cfg_.generation.sacrebleu ? sacrebleu_->format(sacrebleu_->score()) : scorer_.result_string();
+      fmt::print("| Generate {} with beam={}: {}\n", cfg_.dataset.gen_subset, cfg_.generation.beam, result);
+    }
+    std::fflush(stdout);
+  }
+
+ private:
+  // Row `i` of `batch`: its lines and its score.
+  void sentence(const data::Batch& batch, int64_t i, const std::vector<generation::Hypothesis>& list) {
+    const int64_t id = batch.id.data_ptr<int64_t>()[i];
+    std::vector<int64_t> src = row_without_pad(batch.src_tokens[i], t_.src_dict.pad());
+    std::vector<int64_t> tgt;
+    std::string target_str;
+    if (has_target_) {
+      tgt = row_without_pad(batch.target[i], t_.tgt_dict.pad());
+      target_str = generation::ids_to_string(t_.tgt_dict, tgt, bpe_, /*escape_unk=*/true);
+    }
+    const std::string src_str = generation::ids_to_string(t_.src_dict, src, bpe_);
+    if (!cfg_.common_eval.quiet) {
+      out_.line(fmt::format("S-{}\t{}", id, src_str));
+      if (has_target_) out_.line(fmt::format("T-{}\t{}", id, target_str));
+    }
+    for (size_t j = 0; j < list.size() && static_cast<int64_t>(j) < cfg_.generation.nbest; ++j) {
+      const auto& h = list[j];
+      std::string hypo_str = generation::ids_to_string(t_.tgt_dict, h.tokens, bpe_);
+      if (unk_dict_)
+        hypo_str = generation::replace_unk(hypo_str, src_str, h.alignment, *unk_dict_, data::Dictionary::unk_word());
+      std::vector<int32_t> hypo_ids;
+      if (retokenized_) hypo_ids = scorer_.encode_line(hypo_str);  // as fairseq: every hypothesis
+      if (!cfg_.common_eval.quiet) hypothesis_lines(id, h, hypo_str, batch.src_tokens[i]);
+      if (has_target_ && j == 0) score(h, hypo_str, std::move(hypo_ids), target_str, tgt);
+    }
+  }
+
+  void hypothesis_lines(int64_t id, const generation::Hypothesis& h, const std::string& hypo_str,
+                        const at::Tensor& source_row) {
+    const std::string score = generation::python_float(static_cast<double>(h.score));
+    out_.line(fmt::format("H-{}\t{}\t{}", id, score, hypo_str));
+    out_.line(fmt::format("D-{}\t{}\t{}", id, score, hypo_str));
+    out_.line(fmt::format("P-{}\t{}", id, positional_scores(h.positional_scores)));
+    const std::string& kind = cfg_.generation.print_alignment;
+    if (!kind.empty())
+      out_.line(fmt::format("A-{}\t{}", id, alignment_text(kind, h, row_values(source_row), t_.src_dict.pad())));
+  }
+
+  void score(const generation::Hypothesis& h, const std::string& hypo_str, std::vector<int32_t> hypo_ids,
+             const std::string& target_str, const std::vector<int64_t>& tgt) {
+    if (cfg_.generation.sacrebleu) {
+      sacrebleu_->add(std::string_view(hypo_str), {std::string_view(target_str)});
+    } else if (retokenized_) {
+      scorer_.add(scorer_.encode_line(target_str), std::move(hypo_ids));
+    } else {
+      std::vector<int32_t> r(tgt.begin(), tgt.end()), p(h.tokens.begin(), h.tokens.end());
+      scorer_.add(std::move(r), std::move(p));
+    }
+  }
+
+  const config::Config& cfg_;
+  const Translation& t_;
+  const data::LanguagePairDataset& dataset_;
+  const std::string bpe_;
+  const bool has_target_;
+  const std::optional<std::map<std::string, std::string>> unk_dict_;
+  const bool retokenized_;
+  scoring::FairseqBleu scorer_;
+  std::unique_ptr<scoring::Scorer> sacrebleu_;
+  Output out_;
+  int64_t num_sentences_ = 0, num_tokens_ = 0;
+};
+
+// One window of collated batches and the search's inputs on the model's device (empty ones left out).
+struct Window {
+  std::vector<std::vector<int64_t>> indices;
+  std::vector<data::Batch> collated;
+  std::vector<generation::SearchBatch> inputs;
+};
+
+Window collate_window(const config::Config& cfg, const Translation& t, const data::LanguagePairDataset& dataset,
+                      const std::vector<std::vector<int64_t>>& batches, size_t first, size_t last) {
+  Window w;
+  for (size_t k = first; k < last; ++k) {
+    data::Batch batch = dataset.collate(batches[k]);
+    if (batch.empty()) continue;
+    at::Tensor prefix;
+    if (cfg.generation.prefix_size > 0)
+      prefix = batch.target.narrow(1, 0, std::min(cfg.generation.prefix_size, batch.target.size(1))).to(t.device);
+    w.inputs.push_back({batch.src_tokens.to(t.device), batch.src_lengths.to(t.device), prefix});
+    w.indices.push_back(batches[k]);
+    w.collated.push_back(std::move(batch));
+  }
+  return w;
+}
+
+// --score-reference: the references' scores instead of a search.
+void score_window(const Translation& t, const Window& w, const std::function<void(size_t, generation::Hypotheses&&)>& done) {
+  for (size_t b = 0; b < w.collated.size(); ++b) {
+    const data::Batch& batch = w.collated[b];
+    done(b, generation::score_references(*t.model, w.inputs[b].src_tokens, w.inputs[b].src_lengths,
+                                         batch.prev_output_tokens.to(t.device), batch.target.to(t.device),
+                                         t.tgt_dict.pad()));
+  }
+}
+
+// interactive's SentencePiece model: --sentencepiece-model, else spm.model in the data-bin.
+data::SentencePiece load_sentencepiece(const config::Config& cfg, const Translation& t) {
   std::string spm_path = cfg.interactive.sentencepiece_model;
   if (spm_path.empty()) {
     spm_path = (fs::path(t.data_dir) / "spm.model").string();
@@ -311,108 +321,189 @@ int interactive_main(const Invocation& inv) {
   } else if (!fs::exists(spm_path)) {
     raise<UserError>("--sentencepiece-model {} does not exist", spm_path);
   }
-  data::SentencePiece spm = data::SentencePiece::load(spm_path);
+  return data::SentencePiece::load(spm_path);
+}
 
-  std::ifstream file;
-  std::istream* in = &std::cin;
-  if (cfg.interactive.input != "-") {
-    file.open(cfg.interactive.input, std::ios::binary);
-    if (!file) raise<UserError>("cannot read --input {}", cfg.interactive.input);
-    in = &file;
+// fairseq-interactive: raw lines, a buffer at a time, encoded, searched and printed in input order.
+class Interactive {
+ public:
+  Interactive(const config::Config& cfg, const Translation& t, int threads)
+      : cfg_(cfg),
+        t_(t),
+        threads_(threads),
+        bpe_(cfg.common_eval.post_process.empty() ? std::string("sentencepiece") : cfg.common_eval.post_process),
+        spm_(load_sentencepiece(cfg, t)),
+        generator_(make_generator(cfg, t)),
+        unk_dict_(align_dict(cfg.generation)),
+        max_source_(std::min(cfg.task.max_source_positions, t.model->max_source_positions())),
+        batch_limit_(cfg.dataset.batch_size > 0 ? cfg.dataset.batch_size : cfg.interactive.buffer_size) {}
+
+  // Translates every line of `in`, interactive.buffer_size lines at a time.
+  void run(std::istream& in) {
+    std::vector<std::string> buffer;
+    for (std::string line; std::getline(in, line);) {
+      if (!line.empty() && line.back() == '\r') line.pop_back();
+      buffer.push_back(std::move(line));
+      if (static_cast<int64_t>(buffer.size()) >= cfg_.interactive.buffer_size) translate(buffer);
+    }
+    if (!buffer.empty()) translate(buffer);
   }
-  generation::SequenceGenerator generator = make_generator(cfg, t);
-  const std::string& print_alignment = cfg.generation.print_alignment;
-  const auto unk_dict = align_dict(cfg.generation);
-  const int64_t max_source = std::min(cfg.task.max_source_positions, t.model->max_source_positions());
-  const int64_t batch_limit = cfg.dataset.batch_size > 0 ? cfg.dataset.batch_size : cfg.interactive.buffer_size;
-  const int64_t nbest = cfg.generation.nbest;
-  log::info("interactive", "reading raw text from {}",
-            cfg.interactive.input == "-" ? "standard input" : cfg.interactive.input);
 
-  int64_t next_id = 0;
-  std::vector<std::string> buffer;
-  // Translates `buffer`, printing S-/H-/D-/P- lines in input order.
-  auto translate_buffer = [&]() {
-    struct Item {
-      int64_t id;
-      std::string pieces;
-      std::vector<int64_t> ids;
-    };
+ private:
+  struct Item {
+    int64_t id;
+    std::string pieces;
+    std::vector<int64_t> ids;
+  };
+
+  // Translates `buffer`, printing S-/H-/D-/P- lines in input order, and empties it.
+  void translate(std::vector<std::string>& buffer) {
+    items_ = encode(buffer);
+    starts_.clear();
+    inputs_.clear();
+    for (size_t start = 0; start < items_.size(); start += static_cast<size_t>(batch_limit_)) {
+      starts_.push_back(start);
+      inputs_.push_back(collate(start, std::min(items_.size(), start + static_cast<size_t>(batch_limit_))));
+    }
+    generation::search_batches(generator_, *t_.model, inputs_, t_.device.is_cpu() ? threads_ : 1,
+                               [&](size_t b, generation::Hypotheses&& hypos) { print(b, hypos); });
+    buffer.clear();
+  }
+
+  // The lines as source ids; a line that is not UTF-8 or too long is skipped with a warning (the
+  // long one also with its S- and W- lines).
+  std::vector<Item> encode(const std::vector<std::string>& buffer) {
     std::vector<Item> items;
     for (const std::string& line : buffer) {
-      Item item{next_id++, "", {}};
+      Item item{next_id_++, "", {}};
       const std::string_view text = data::rstrip(line);
       if (data::find_invalid_utf8(text) != std::string::npos) {
         log::warning("interactive", "line {}: not valid UTF-8; skipped", item.id + 1);
         continue;
       }
-      item.pieces = spm.encode_pieces(text);
+      item.pieces = spm_.encode_pieces(text);
       std::vector<std::string_view> pieces;
       data::tokenize_line(item.pieces, pieces);
-      for (auto p : pieces) item.ids.push_back(t.src_dict.index(p));
-      item.ids.push_back(t.src_dict.eos());
-      if (static_cast<int64_t>(item.ids.size()) > max_source) {
+      for (auto p : pieces) item.ids.push_back(t_.src_dict.index(p));
+      item.ids.push_back(t_.src_dict.eos());
+      if (static_cast<int64_t>(item.ids.size()) > max_source_) {
         log::warning("interactive", "line {}: {} tokens exceed the model's {} source positions; skipped", item.id + 1,
-                     item.ids.size(), max_source);
+                     item.ids.size(), max_source_);
         fmt::print("S-{}\t{}\nW-{}\tskipped: {} tokens > {} source positions\n", item.id,
-                   generation::post_process(item.pieces, bpe), item.id, item.ids.size(), max_source);
+                   generation::post_process(item.pieces, bpe_), item.id, item.ids.size(), max_source_);
         continue;
       }
       items.push_back(std::move(item));
     }
-    std::vector<size_t> starts;
-    std::vector<generation::SearchBatch> inputs;
-    for (size_t start = 0; start < items.size(); start += static_cast<size_t>(batch_limit)) {
-      const size_t end = std::min(items.size(), start + static_cast<size_t>(batch_limit));
-      size_t width = 0;
-      for (size_t i = start; i < end; ++i) width = std::max(width, items[i].ids.size());
-      const auto rows = static_cast<int64_t>(end - start);
-      at::Tensor src = torch::full({rows, static_cast<int64_t>(width)}, t.src_dict.pad(), torch::kInt64);
-      at::Tensor lengths = torch::empty({rows}, torch::kInt64);
-      for (size_t i = start; i < end; ++i) {
-        const auto& ids = items[i].ids;
-        const auto r = static_cast<int64_t>(i - start);
-        const int64_t offset = static_cast<int64_t>(width - ids.size());  // left padding
-        src[r].narrow(0, offset, static_cast<int64_t>(ids.size())).copy_(torch::tensor(ids, torch::kInt64));
-        lengths[r] = static_cast<int64_t>(ids.size());
-      }
-      starts.push_back(start);
-      inputs.push_back({src.to(t.device), lengths.to(t.device), at::Tensor()});
+    return items;
+  }
+
+  // items_[start, end) as one left-padded batch on the model's device.
+  generation::SearchBatch collate(size_t start, size_t end) const {
+    size_t width = 0;
+    for (size_t i = start; i < end; ++i) width = std::max(width, items_[i].ids.size());
+    const auto rows = static_cast<int64_t>(end - start);
+    at::Tensor src = torch::full({rows, static_cast<int64_t>(width)}, t_.src_dict.pad(), torch::kInt64);
+    at::Tensor lengths = torch::empty({rows}, torch::kInt64);
+    for (size_t i = start; i < end; ++i) {
+      const auto& ids = items_[i].ids;
+      const auto r = static_cast<int64_t>(i - start);
+      const int64_t offset = static_cast<int64_t>(width - ids.size());  // left padding
+      src[r].narrow(0, offset, static_cast<int64_t>(ids.size())).copy_(torch::tensor(ids, torch::kInt64));
+      lengths[r] = static_cast<int64_t>(ids.size());
     }
-    auto print_batch = [&](size_t b, generation::Hypotheses&& hypos) {
-      for (size_t i = starts[b]; i < starts[b] + hypos.size(); ++i) {
-        const Item& item = items[i];
-        // The input's own words: an <unk> is replaced by the word itself, not by "<unk>".
-        const std::string src_str = generation::post_process(item.pieces, bpe);
-        fmt::print("S-{}\t{}\n", item.id, src_str);
-        const auto& list = hypos[i - starts[b]];
-        for (size_t j = 0; j < list.size() && static_cast<int64_t>(j) < nbest; ++j) {
-          const auto& h = list[j];
-          std::string hypo_str = generation::ids_to_string(t.tgt_dict, h.tokens, bpe);
-          if (unk_dict)
-            hypo_str = generation::replace_unk(hypo_str, src_str, h.alignment, *unk_dict, data::Dictionary::unk_word());
-          const std::string score = generation::python_float(static_cast<double>(h.score));
-          fmt::print("H-{}\t{}\t{}\n", item.id, score, hypo_str);
-          fmt::print("D-{}\t{}\t{}\n", item.id, score, hypo_str);
-          fmt::print("P-{}\t{}\n", item.id, positional_scores(h.positional_scores));
-          if (!print_alignment.empty()) {
-            const auto row = static_cast<int64_t>(i - starts[b]);
-            fmt::print("A-{}\t{}\n", item.id,
-                       alignment_text(print_alignment, h, row_values(inputs[b].src_tokens[row]), t.src_dict.pad()));
-          }
+    return {src.to(t_.device), lengths.to(t_.device), at::Tensor()};
+  }
+
+  // Batch `b`'s lines.
+  void print(size_t b, const generation::Hypotheses& hypos) const {
+    for (size_t i = starts_[b]; i < starts_[b] + hypos.size(); ++i) {
+      const Item& item = items_[i];
+      // The input's own words: an <unk> is replaced by the word itself, not by "<unk>".
+      const std::string src_str = generation::post_process(item.pieces, bpe_);
+      fmt::print("S-{}\t{}\n", item.id, src_str);
+      const auto& list = hypos[i - starts_[b]];
+      for (size_t j = 0; j < list.size() && static_cast<int64_t>(j) < cfg_.generation.nbest; ++j) {
+        const auto& h = list[j];
+        std::string hypo_str = generation::ids_to_string(t_.tgt_dict, h.tokens, bpe_);
+        if (unk_dict_)
+          hypo_str = generation::replace_unk(hypo_str, src_str, h.alignment, *unk_dict_, data::Dictionary::unk_word());
+        const std::string score = generation::python_float(static_cast<double>(h.score));
+        fmt::print("H-{}\t{}\t{}\n", item.id, score, hypo_str);
+        fmt::print("D-{}\t{}\t{}\n", item.id, score, hypo_str);
+        fmt::print("P-{}\t{}\n", item.id, positional_scores(h.positional_scores));
+        const std::string& kind = cfg_.generation.print_alignment;
+        if (!kind.empty()) {
+          const auto row = static_cast<int64_t>(i - starts_[b]);
+          fmt::print("A-{}\t{}\n", item.id,
+                     alignment_text(kind, h, row_values(inputs_[b].src_tokens[row]), t_.src_dict.pad()));
         }
       }
-      std::fflush(stdout);
-    };
-    generation::search_batches(generator, *t.model, inputs, t.device.is_cpu() ? threads : 1, print_batch);
-    buffer.clear();
-  };
-  for (std::string line; std::getline(*in, line);) {
-    if (!line.empty() && line.back() == '\r') line.pop_back();
-    buffer.push_back(std::move(line));
-    if (static_cast<int64_t>(buffer.size()) >= cfg.interactive.buffer_size) translate_buffer();
+    }
+    std::fflush(stdout);
   }
-  if (!buffer.empty()) translate_buffer();
+
+  const config::Config& cfg_;
+  const Translation& t_;
+  const int threads_;
+  const std::string bpe_;
+  data::SentencePiece spm_;
+  generation::SequenceGenerator generator_;
+  const std::optional<std::map<std::string, std::string>> unk_dict_;
+  const int64_t max_source_;
+  const int64_t batch_limit_;
+  int64_t next_id_ = 0;
+  std::vector<Item> items_;                     // the buffer's lines that are searched
+  std::vector<size_t> starts_;                  // each batch's first item
+  std::vector<generation::SearchBatch> inputs_;  // the batches
+};
+
+}  // namespace
+
+int generate_main(const Invocation& inv) {
+  const config::Config& cfg = inv.config;
+  const int threads = setup_compute(cfg);
+  keep_freed_memory();
+  const std::string& subset = cfg.dataset.gen_subset;
+  Translation t = load_translation(cfg, subset);
+  data::LanguagePairOptions pair_options = language_pair_options(t.trained.task, cfg.task, t.src_dict);
+  auto dataset =
+      data::LanguagePairDataset::load(t.data_dir, subset, t.src_lang, t.tgt_lang, t.src_dict, t.tgt_dict, pair_options);
+  log::info("generate", "{} {} {}-{} {} examples", t.data_dir, subset, t.src_lang, t.tgt_lang, dataset.size());
+  const std::vector<std::vector<int64_t>> batches = test_batches(cfg, t, dataset);
+  generation::SequenceGenerator generator = make_generator(cfg, t);
+  GenerateReport report(cfg, t, dataset);
+  // Batches are collated and searched a window at a time, so memory stays bounded on large sets.
+  constexpr size_t kWindow = 32;
+  const auto start = std::chrono::steady_clock::now();
+  for (size_t first = 0; first < batches.size(); first += kWindow) {
+    const Window w = collate_window(cfg, t, dataset, batches, first, std::min(batches.size(), first + kWindow));
+    // Each batch's results are printed on this thread, in batch order, while the workers search on.
+    auto print = [&](size_t b, generation::Hypotheses&& hypos) { report.batch(w.collated[b], w.indices[b], std::move(hypos)); };
+    if (cfg.generation.score_reference) {
+      score_window(t, w, print);
+    } else {
+      generation::search_batches(generator, *t.model, w.inputs, t.device.is_cpu() ? threads : 1, print);
+    }
+  }
+  report.finish(std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count());
+  return kExitOk;
+}
+
+int interactive_main(const Invocation& inv) {
+  const config::Config& cfg = inv.config;
+  const int threads = setup_compute(cfg);
+  keep_freed_memory();
+  Translation t = load_translation(cfg, "train");
+  Interactive interactive(cfg, t, threads);
+  std::ifstream file;
+  if (cfg.interactive.input != "-") {
+    file.open(cfg.interactive.input, std::ios::binary);
+    if (!file) raise<UserError>("cannot read --input {}", cfg.interactive.input);
+  }
+  log::info("interactive", "reading raw text from {}",
+            cfg.interactive.input == "-" ? "standard input" : cfg.interactive.input);
+  interactive.run(cfg.interactive.input == "-" ? std::cin : file);
   return kExitOk;
 }
 

@@ -1,7 +1,8 @@
 #pragma once
-// The translation task's training: the one place where the config becomes wired objects (data,
-// model, criterion, optimizer, schedule, trainer) and the training loop runs them: epochs up to
-// max_epoch/max_update, validation, checkpoints, resume, early stopping and stop signals.
+// The translation task's training: the one place where the config becomes wired objects (the
+// task's data-bins and dictionaries, model, criterion, optimizer, schedule, trainer, batch
+// iterator, validator with BLEU, checkpoint writer), restored from a checkpoint to resume, and
+// handed to trainer::TrainingLoop (epochs, validation, checkpoints, early stopping, stop signals).
 
 #include "fairseq_cpp/config/sections.h"
 #include "fairseq_cpp/distributed/gang.h"

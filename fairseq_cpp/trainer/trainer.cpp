@@ -21,7 +21,46 @@ bool is_out_of_memory(const c10::Error& e) {
   return what.find("out of memory") != std::string::npos || what.find("can't allocate memory") != std::string::npos;
 }
 
+// fp16's dynamic loss scaler of `common`.
+optim::LossScalerOptions loss_scaler_options(const config::Config& cfg, int64_t world_size, int64_t update_freq) {
+  const auto& common = cfg.common;
+  if (!common.fp16_scale_window && cfg.optimization.update_freq.size() > 1)
+    raise<UserError>("set `common.fp16_scale_window` (--fp16-scale-window): its default needs one "
+                     "`optimization.update_freq`, not a schedule of {}", cfg.optimization.update_freq.size());
+  optim::LossScalerOptions scaler;
+  scaler.init_scale = static_cast<double>(common.fp16_init_scale);
+  scaler.scale_window = common.fp16_scale_window.value_or(std::max<int64_t>(1, (1 << 14) / world_size / update_freq));
+  scaler.tolerance = common.fp16_scale_tolerance;
+  scaler.threshold = common.threshold_loss_scale;
+  scaler.min_loss_scale = common.min_loss_scale;
+  return scaler;
+}
+
 }  // namespace
+
+TrainerOptions trainer_options(const config::Config& cfg, int64_t world_size, int64_t update_freq) {
+  const auto& optimization = cfg.optimization;
+  TrainerOptions o;
+  o.clip_norm = optimization.clip_norm;
+  o.seed = cfg.common.seed;
+  o.max_nonfinite = optimization.max_nonfinite;
+  o.check_interval = cfg.distributed_training.check_interval;
+  o.bucket_cap_mb = static_cast<double>(cfg.distributed_training.bucket_cap_mb);
+  // fairseq's DDP backends: c10d / pytorch_ddp overlap the all-reduce with backward, the legacy one does not.
+  const std::string& ddp = cfg.distributed_training.ddp_backend;
+  o.overlap_all_reduce = ddp == "c10d" || ddp == "pytorch_ddp";
+  o.precision = optim::precision_of(cfg.common);
+  if (cfg.common.fp16) {
+    o.loss_scaler = loss_scaler_options(cfg, world_size, update_freq);
+    const std::string& fallback = cfg.common.fp16_fallback;
+    if (!fallback.empty()) {
+      o.fp16_fallback = fallback == "bf16" ? optim::Precision::kBFloat16 : optim::Precision::kFloat32;
+      o.fp16_fallback_updates = cfg.common.fp16_fallback_updates;
+    }
+  }
+  if (cfg.ema.store_ema) o.ema = EmaOptions{cfg.ema.ema_decay, cfg.ema.ema_start_update, cfg.ema.ema_update_freq};
+  return o;
+}
 
 Trainer::Trainer(const TrainerOptions& options, std::shared_ptr<models::EncoderDecoderModel> model,
                  criterions::Criterion criterion, std::unique_ptr<optim::Optimizer> optimizer,
@@ -82,18 +121,54 @@ StepStats Trainer::train_step(const std::vector<data::Batch>& samples) {
   if (!one_term && !grad_sum_.defined())
     grad_sum_ = at::zeros({num_scalars_}, at::TensorOptions().dtype(at::kDouble).device(device_));
   if (grad_sum_.defined()) grad_sum_.zero_();
-
   // fp16 with its scaler, or, for a while after the scale reached its minimum, fp16_fallback's precision.
   const bool scaling = loss_scaler_ != nullptr && fallback_left_ == 0;
-  const optim::Precision precision = fallback_left_ > 0 ? *options_.fp16_fallback : options_.precision;
   criterions::LossStats local;
-  bool oom = false;
+  const bool oom = forward_backward(samples, scaling, one_term, local);
+  // Every bucket joins its all-reduce on every rank, also after a dummy batch or out of memory
+  // (whose update every rank then skips): all ranks start the same collectives in the same order.
+  double waited = 0.0;
+  if (buckets_) {
+    buckets_->arm(grad_sum_, gang_, num_updates_ + 1);  // no-op if armed: what backward did not start
+    waited = buckets_->finish();
+  }
+  if (oom) {
+    log::warning("trainer", "out of memory on rank {} at update {}; every rank skips this update", gang_.rank(),
+                 num_updates_ + 1);
+    local = criterions::LossStats{};
+    if (grad_sum_.defined()) grad_sum_.zero_();
+  }
+  StepStats stats = reduce_logging_outputs(local, oom);
+  if (stats.ooms > 0 || stats.loss.sample_size == 0) {
+    optimizer_->zero_grad();
+    stats.skipped = true;
+    return stats;
+  }
+  const double scale = scaling ? loss_scaler_->loss_scale() : 1.0;
+  stats.allreduce_wait_seconds = waited + all_reduce_gradients(static_cast<double>(stats.loss.sample_size) * scale,
+                                                                one_term);
+  if (buckets_) stats.buckets_started_by_backward = static_cast<int64_t>(buckets_->started_by_backward());
+  stats.gnorm = flat() ? optim::clip_grad_norm(optimizer_->flat_grads(), options_.clip_norm)
+                       : optim::clip_grad_norm(params_, options_.clip_norm);
+  stats.clipped = options_.clip_norm > 0 && stats.gnorm > options_.clip_norm;
+  // The gradients, hence the norm, are the same on every rank: so are these decisions.
+  if (scaling && !std::isfinite(stats.gnorm)) return on_overflow(samples, stats);
+  if (!std::isfinite(stats.gnorm)) return skip_nonfinite(stats);
+  nonfinite_in_a_row_ = 0;
+  apply_update(stats, scaling);
+  return stats;
+}
+
+bool Trainer::forward_backward(const std::vector<data::Batch>& samples, bool scaling, bool one_term,
+                               criterions::LossStats& local) {
+  const optim::Precision precision = fallback_left_ > 0 ? *options_.fp16_fallback : options_.precision;
   for (size_t i = 0; i < samples.size(); ++i) {
     const data::Batch& batch = samples[i];
-    if (batch.empty()) continue;  // a dummy from a short shard: joins the collectives below with weight 0
+    if (batch.empty()) continue;  // a dummy from a short shard: joins the collectives with weight 0
+    const bool last = i + 1 == samples.size();
     try {
       // The last micro-batch's gradients go to the other workers during its backward.
-      if (buckets_ && i + 1 == samples.size()) buckets_->arm(grad_sum_, gang_, num_updates_ + 1);
+      if (buckets_ && last) buckets_->arm(grad_sum_, gang_, num_updates_ + 1);
       // The (B, T, V) logits never exist at once: the loss projects the decoder's features a
       // chunk of rows at a time.
       models::DecoderFeatures decoded;
@@ -108,30 +183,19 @@ StepStats Trainer::train_step(const std::vector<data::Batch>& samples) {
       // fp16: the gradients are those of the scaled loss, divided by the scale after the all-reduce.
       if (scaling) out.loss = out.loss * loss_scaler_->loss_scale();
       out.loss.backward();
-      if (!one_term && !(buckets_ && i + 1 == samples.size())) accumulate_gradients();
+      if (!one_term && !(buckets_ && last)) accumulate_gradients();
       local.add(out.stats);
     } catch (const std::bad_alloc&) {
-      oom = true;
+      return true;
     } catch (const c10::Error& e) {
       if (!is_out_of_memory(e)) throw;
-      oom = true;
+      return true;
     }
-    if (oom) break;
   }
-  // Every bucket joins its all-reduce on every rank, also after a dummy batch or out of memory
-  // (whose update every rank then skips): all ranks start the same collectives in the same order.
-  double waited = 0.0;
-  if (buckets_) {
-    buckets_->arm(grad_sum_, gang_, num_updates_ + 1);  // no-op if armed: what backward did not start
-    waited = buckets_->finish();
-  }
-  if (oom) {
-    log::warning("trainer", "out of memory on rank {} at update {}; every rank skips this update", gang_.rank(),
-                 num_updates_ + 1);
-    local = criterions::LossStats{};
-    if (grad_sum_.defined()) grad_sum_.zero_();
-  }
+  return false;
+}
 
+StepStats Trainer::reduce_logging_outputs(const criterions::LossStats& local, bool oom) {
   // One collective for the logging outputs; it also tells every rank about out-of-memory.
   std::map<std::string, distributed::DictValue> logs{
       {"loss", local.loss_sum},           {"nll_loss", local.nll_loss_sum}, {"sample_size", local.sample_size},
@@ -150,55 +214,46 @@ StepStats Trainer::train_step(const std::vector<data::Batch>& samples) {
   stats.loss.n_correct = std::get<int64_t>(sums.at("n_correct"));
   stats.ooms = std::get<int64_t>(sums.at("ooms"));
   stats.lr = optimizer_->lr();
+  return stats;
+}
 
-  if (stats.ooms > 0 || stats.loss.sample_size == 0) {
-    optimizer_->zero_grad();
-    stats.skipped = true;
-    return stats;
+StepStats Trainer::on_overflow(const std::vector<data::Batch>& samples, StepStats stats) {
+  const bool lowered = options_.fp16_fallback ? loss_scaler_->try_overflow()
+                                              : (loss_scaler_->overflow(), true);  // throws at the minimum
+  if (!lowered) {
+    // Nothing was applied since the last good update: the weights, the optimizer's state and the
+    // learning rate are that update's. This update is redone from them in the fallback precision.
+    fallback_left_ = options_.fp16_fallback_updates;
+    log::warning("trainer",
+                 "fp16: the loss scale would reach its minimum ({}) at update {}: this update and the next {} run in "
+                 "{} from the weights of update {} (common.fp16_fallback), then fp16 resumes with a fresh scale",
+                 loss_scaler_->min_loss_scale(), num_updates_ + 1, fallback_left_ - 1,
+                 optim::precision_name(*options_.fp16_fallback), num_updates_);
+    return train_step(samples);
   }
-  const double scale = scaling ? loss_scaler_->loss_scale() : 1.0;
-  stats.allreduce_wait_seconds = waited + all_reduce_gradients(static_cast<double>(stats.loss.sample_size) * scale,
-                                                                one_term);
-  if (buckets_) stats.buckets_started_by_backward = static_cast<int64_t>(buckets_->started_by_backward());
-  stats.gnorm = flat() ? optim::clip_grad_norm(optimizer_->flat_grads(), options_.clip_norm)
-                       : optim::clip_grad_norm(params_, options_.clip_norm);
-  stats.clipped = options_.clip_norm > 0 && stats.gnorm > options_.clip_norm;
-  // The gradients, hence the norm, are the same on every rank: so are these decisions.
-  if (scaling && !std::isfinite(stats.gnorm)) {
-    const bool lowered = options_.fp16_fallback ? loss_scaler_->try_overflow()
-                                                : (loss_scaler_->overflow(), true);  // throws at the minimum
-    if (!lowered) {
-      // Nothing was applied since the last good update: the weights, the optimizer's state and the
-      // learning rate are that update's. This update is redone from them in the fallback precision.
-      fallback_left_ = options_.fp16_fallback_updates;
-      log::warning("trainer",
-                   "fp16: the loss scale would reach its minimum ({}) at update {}: this update and the next {} run in "
-                   "{} from the weights of update {} (common.fp16_fallback), then fp16 resumes with a fresh scale",
-                   loss_scaler_->min_loss_scale(), num_updates_ + 1, fallback_left_ - 1,
-                   optim::precision_name(*options_.fp16_fallback), num_updates_);
-      return train_step(samples);
-    }
-    log::info("trainer", "gradient overflow detected at update {}, ignoring gradient; setting loss scale to: {}",
-              num_updates_ + 1, loss_scaler_->loss_scale());
-    optimizer_->zero_grad();
-    stats.skipped = stats.overflow = true;
-    stats.loss_scale = loss_scaler_->loss_scale();
-    return stats;
-  }
-  if (!std::isfinite(stats.gnorm)) {
-    ++nonfinite_in_a_row_;
-    log::warning("trainer", "non-finite gradient norm at update {} ({} in a row); skipping the update",
-                 num_updates_ + 1, nonfinite_in_a_row_);
-    if (nonfinite_in_a_row_ >= options_.max_nonfinite)
-      raise<OperationalError>(
-          "{} updates in a row had a non-finite gradient norm (`optimization.max_nonfinite` is {}); lower the "
-          "learning rate or check the data.",
-          nonfinite_in_a_row_, options_.max_nonfinite);
-    optimizer_->zero_grad();
-    stats.skipped = true;
-    return stats;
-  }
-  nonfinite_in_a_row_ = 0;
+  log::info("trainer", "gradient overflow detected at update {}, ignoring gradient; setting loss scale to: {}",
+            num_updates_ + 1, loss_scaler_->loss_scale());
+  optimizer_->zero_grad();
+  stats.skipped = stats.overflow = true;
+  stats.loss_scale = loss_scaler_->loss_scale();
+  return stats;
+}
+
+StepStats Trainer::skip_nonfinite(StepStats stats) {
+  ++nonfinite_in_a_row_;
+  log::warning("trainer", "non-finite gradient norm at update {} ({} in a row); skipping the update",
+               num_updates_ + 1, nonfinite_in_a_row_);
+  if (nonfinite_in_a_row_ >= options_.max_nonfinite)
+    raise<OperationalError>(
+        "{} updates in a row had a non-finite gradient norm (`optimization.max_nonfinite` is {}); lower the "
+        "learning rate or check the data.",
+        nonfinite_in_a_row_, options_.max_nonfinite);
+  optimizer_->zero_grad();
+  stats.skipped = true;
+  return stats;
+}
+
+void Trainer::apply_update(StepStats& stats, bool scaling) {
   optimizer_->step();
   if (scaling) {
     loss_scaler_->update();
@@ -217,7 +272,6 @@ StepStats Trainer::train_step(const std::vector<data::Batch>& samples) {
   if (ema_) ema_->step(num_updates_);  // the same weights on every rank: the same shadow
   if (options_.check_interval > 0 && num_updates_ % options_.check_interval == 0 && gang_.size() > 1)
     check_parameters_agree();
-  return stats;
 }
 
 void Trainer::accumulate_gradients() {

@@ -15,6 +15,7 @@
 #include <optional>
 #include <vector>
 
+#include "fairseq_cpp/config/sections.h"
 #include "fairseq_cpp/criterions/cross_entropy.h"
 #include "fairseq_cpp/data/language_pair_dataset.h"
 #include "fairseq_cpp/distributed/gang.h"
@@ -49,6 +50,11 @@ struct TrainerOptions {
   int64_t fp16_fallback_updates = 1000;
 };
 
+// The trainer's options of `cfg` for `world_size` workers that start with update frequency
+// `update_freq` (fp16's scale window defaults to 2^14 / (world_size * update_freq), as fairseq's
+// FP16Optimizer). Throws UserError when that default has no single update frequency to use.
+TrainerOptions trainer_options(const config::Config& cfg, int64_t world_size, int64_t update_freq);
+
 // What one update did, summed over every worker and micro-batch.
 struct StepStats {
   criterions::LossStats loss;  // sums over all workers (natural log); loss() etc. give base 2
@@ -77,6 +83,7 @@ class Trainer {
   // Loss sums of one validation batch on this worker (no communication; the caller reduces).
   criterions::LossStats valid_step(const data::Batch& batch);
 
+  const TrainerOptions& options() const { return options_; }
   int64_t num_updates() const { return num_updates_; }
   // After a resume: sets the update count and the learning rate that goes with it.
   void set_num_updates(int64_t n);
@@ -98,6 +105,20 @@ class Trainer {
   double lr_step(int64_t epoch, std::optional<double> val_loss);
 
  private:
+  // Forward and backward over this worker's micro-batches in the update's precision, the loss
+  // scaled with `scaling`, their gradients summed (unless `one_term`) and their losses added to
+  // `local`; returns whether it ran out of memory (then it stopped there).
+  bool forward_backward(const std::vector<data::Batch>& samples, bool scaling, bool one_term,
+                        criterions::LossStats& local);
+  // Sums every rank's losses and out-of-memory flags (one collective).
+  StepStats reduce_logging_outputs(const criterions::LossStats& local, bool oom);
+  // fp16: an overflow lowers the scale and skips the update, or at the minimum scale with
+  // fp16_fallback redoes it in the fallback precision.
+  StepStats on_overflow(const std::vector<data::Batch>& samples, StepStats stats);
+  // A non-finite gradient norm without the scaler: skipped, up to max_nonfinite in a row.
+  StepStats skip_nonfinite(StepStats stats);
+  // The optimizer step, the loss scaler, the LR schedule, the EMA and the parameter check.
+  void apply_update(StepStats& stats, bool scaling);
   // Adds the gradients of the micro-batch just run to grad_sum_ and clears them.
   void accumulate_gradients();
   // Sums grad_sum_ of every rank in flat buckets (unless buckets_ did during backward), scales it by

@@ -36,26 +36,32 @@ std::string struct_prefix(const std::string& section) {
 
 // What the sources outside config/ read of the configuration: every `a.b` member access, and in
 // each file the names that stand for a section (`const CheckpointConfig& ckpt_cfg`, `const auto& task
-// = cfg.task`), resolved to "section.key".
+// = cfg.task`), resolved to "section.key". A name declared in a header (a class's member, `o_`)
+// stands for its section in the .cpp of the same name too.
 class Reads {
  public:
   explicit Reads(const std::vector<Section>& sections) {
+    std::map<std::string, std::vector<std::string>> texts;  // path without extension -> its .h and .cpp
     for (const auto& dir : {"fairseq_cpp", "cli"}) {
       for (const auto& entry : fs::recursive_directory_iterator(fs::path(testing::source_dir()) / dir)) {
         std::string path = entry.path().string();
         if (!entry.is_regular_file() || path.find("/fairseq_cpp/config/") != std::string::npos) continue;
         if (entry.path().extension() != ".cpp" && entry.path().extension() != ".h") continue;
-        add_file(testing::read_file(path), sections);
+        texts[(entry.path().parent_path() / entry.path().stem()).string()].push_back(testing::read_file(path));
       }
+    }
+    for (const auto& [stem, files] : texts) {
+      std::map<std::string, std::string> alias;  // a name in these files -> the section it stands for
+      for (const auto& text : files) add_aliases(text, sections, alias);
+      for (const auto& text : files) add_file(text, alias);
     }
   }
   bool has(const std::string& section, const std::string& key) const { return reads_.count(section + "." + key) > 0; }
   size_t files() const { return files_; }
 
  private:
-  void add_file(const std::string& text, const std::vector<Section>& sections) {
-    ++files_;
-    std::map<std::string, std::string> alias;  // a name in this file -> the section it stands for
+  static void add_aliases(const std::string& text, const std::vector<Section>& sections,
+                          std::map<std::string, std::string>& alias) {
     for (const auto& section : sections) {
       alias[section.name()] = section.name();
       std::regex typed(struct_prefix(section.name()) + R"(Config&\s+(\w+))");
@@ -63,6 +69,10 @@ class Reads {
       std::regex bound(R"(auto&\s+(\w+)\s*=\s*[\w.]*\b)" + section.name() + R"(\s*;)");
       for (std::sregex_iterator it(text.begin(), text.end(), bound), end; it != end; ++it) alias[(*it)[1]] = section.name();
     }
+  }
+
+  void add_file(const std::string& text, const std::map<std::string, std::string>& alias) {
+    ++files_;
     // Every `a.b` of a chain `cfg.dataset.max_tokens`: (cfg, dataset) and (dataset, max_tokens).
     auto word_char = [](char c) { return std::isalnum(static_cast<unsigned char>(c)) || c == '_'; };
     std::string previous;

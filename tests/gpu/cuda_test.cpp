@@ -10,6 +10,7 @@
 #include <cmath>
 #include <cstdlib>
 #include <functional>
+#include <string>
 #include <thread>
 
 #include "fairseq_cpp/distributed/process_group_gang.h"
@@ -50,14 +51,21 @@ std::shared_ptr<models::TransformerModel> make_model(c10::Device device) {
   return model;
 }
 
+// Adam divides each gradient element by its own running size, so an element that is roundoff on
+// both devices takes a step of up to lr whose sign is the roundoff's (the k_proj biases' gradients
+// are zero in exact arithmetic: softmax ignores a constant added to a row of scores). Adam's
+// parameters on CUDA and on the CPU then differ by more than their arithmetic does (1.6e-2
+// relative after 3 updates on the H100, 2026-11-26, with losses and gradient norms equal within
+// 1e-4 and 1e-3). SGD's step is linear in the gradient: its parameters are compared.
 std::unique_ptr<trainer::Trainer> make_trainer(std::shared_ptr<models::TransformerModel> model,
-                                               distributed::Gang& gang, optim::Precision precision) {
+                                               distributed::Gang& gang, optim::Precision precision,
+                                               const std::string& optimizer = "adam") {
   criterions::CriterionOptions co;
   co.name = "label_smoothed_cross_entropy";
   co.label_smoothing = 0.1;
   optim::OptimizerOptions oo;
-  oo.name = "adam";
-  oo.lr = 1e-3;
+  oo.name = optimizer;
+  oo.lr = optimizer == "adam" ? 1e-3 : 0.5;
   optim::LrSchedulerOptions so;
   trainer::TrainerOptions to;
   to.clip_norm = 1.0;
@@ -85,18 +93,24 @@ TEST(Cuda, IsPresent) {
 
 TEST(Cuda, TrainerOnCudaFollowsTheCpu) {
   ASSERT_TRUE(torch::cuda::is_available());
-  auto cpu_model = make_model(c10::Device(c10::kCPU)), cuda_model = make_model(kCuda);
-  distributed::FakeGang cpu_gang, cuda_gang(1, 0, kCuda);
-  auto cpu = make_trainer(cpu_model, cpu_gang, optim::Precision::kFloat32);
-  auto cuda = make_trainer(cuda_model, cuda_gang, optim::Precision::kFloat32);
-  for (int n = 0; n < 3; ++n) {
-    std::vector<data::Batch> group{make_batch(4, 100 + n), make_batch(3, 200 + n)};
-    trainer::StepStats a = cpu->train_step(group), b = cuda->train_step(group);
-    EXPECT_NEAR(b.loss.loss_sum, a.loss.loss_sum, 1e-4 * a.loss.loss_sum) << "update " << n + 1;
-    EXPECT_NEAR(b.gnorm, a.gnorm, 1e-3 * a.gnorm) << "update " << n + 1;
+  for (const std::string optimizer : {"adam", "sgd"}) {
+    SCOPED_TRACE(optimizer);
+    auto cpu_model = make_model(c10::Device(c10::kCPU)), cuda_model = make_model(kCuda);
+    distributed::FakeGang cpu_gang, cuda_gang(1, 0, kCuda);
+    auto cpu = make_trainer(cpu_model, cpu_gang, optim::Precision::kFloat32, optimizer);
+    auto cuda = make_trainer(cuda_model, cuda_gang, optim::Precision::kFloat32, optimizer);
+    for (int n = 0; n < 3; ++n) {
+      std::vector<data::Batch> group{make_batch(4, 100 + n), make_batch(3, 200 + n)};
+      trainer::StepStats a = cpu->train_step(group), b = cuda->train_step(group);
+      EXPECT_NEAR(b.loss.loss_sum, a.loss.loss_sum, 1e-4 * a.loss.loss_sum) << "update " << n + 1;
+      EXPECT_NEAR(b.gnorm, a.gnorm, 1e-3 * a.gnorm) << "update " << n + 1;
+    }
+    for (const auto& p : cuda_model->parameters()) EXPECT_TRUE(p.is_cuda());
+    // (Adam's: see make_trainer.)
+    if (optimizer == "sgd") {
+      EXPECT_LT(max_relative_difference(*cuda_model, *cpu_model), 1e-4);
+    }
   }
-  for (const auto& p : cuda_model->parameters()) EXPECT_TRUE(p.is_cuda());
-  EXPECT_LT(max_relative_difference(*cuda_model, *cpu_model), 1e-4);
 }
 
 TEST(Cuda, Bf16AutocastOnCudaKeepsFloat32WeightsCloseToFp32) {
@@ -201,12 +215,12 @@ TEST(Cuda, BucketsAllReducedDuringBackwardOnCuda) {
                                                 {make_batch(4, 402), make_batch(3, 403)}};
   auto cpu_model = make_model(c10::Device(c10::kCPU));
   distributed::FakeGang one;
-  auto cpu = make_trainer(cpu_model, one, optim::Precision::kFloat32);
+  auto cpu = make_trainer(cpu_model, one, optim::Precision::kFloat32, "sgd");  // (see make_trainer)
   for (int n = 0; n < 2; ++n) cpu->train_step({batches[0][n], batches[1][n]});
   std::vector<std::shared_ptr<models::TransformerModel>> models{make_model(kCuda), make_model(kCuda)};
   std::vector<int64_t> started(2);
   on_two_gloo_cuda_ranks([&](int r, distributed::Gang& gang) {
-    auto trainer = make_trainer(models[static_cast<size_t>(r)], gang, optim::Precision::kFloat32);
+    auto trainer = make_trainer(models[static_cast<size_t>(r)], gang, optim::Precision::kFloat32, "sgd");
     for (int n = 0; n < 2; ++n)
       started[static_cast<size_t>(r)] =
           trainer->train_step({batches[static_cast<size_t>(r)][static_cast<size_t>(n)]}).buckets_started_by_backward;

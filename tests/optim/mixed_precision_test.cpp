@@ -72,6 +72,10 @@ TEST_P(Autocast, Fp16RunsLinearsInFloat16OnCudaAndChangesNothingOnTheCpu) {
   torch::manual_seed(3);
   at::Tensor x = randn({4, 8}), w = randn({16, 8}), b = randn({16});
   at::Tensor reference = torch::nn::functional::linear(x, w, b);
+  // The inputs rounded to float16 (11 bits of mantissa), the product in float32: made before the
+  // scope, where fp16 autocast would run this linear in float16 too.
+  at::Tensor expected = torch::nn::functional::linear(x.to(at::kHalf).to(at::kFloat), w.to(at::kHalf).to(at::kFloat),
+                                                      b.to(at::kHalf).to(at::kFloat));
   const bool cuda = device().is_cuda();
   {
     AutocastScope autocast(Precision::kFloat16, device().type());
@@ -79,9 +83,7 @@ TEST_P(Autocast, Fp16RunsLinearsInFloat16OnCudaAndChangesNothingOnTheCpu) {
     at::Tensor y = torch::nn::functional::linear(x, w, b);
     if (cuda) {
       EXPECT_EQ(y.scalar_type(), at::kHalf);
-      // The inputs rounded to float16 (11 bits of mantissa), the product accumulated in float32.
-      at::Tensor expected = torch::nn::functional::linear(
-          x.to(at::kHalf).to(at::kFloat), w.to(at::kHalf).to(at::kFloat), b.to(at::kHalf).to(at::kFloat));
+      ASSERT_EQ(expected.scalar_type(), at::kFloat);
       EXPECT_TRUE(torch::allclose(y.to(at::kCPU, at::kFloat), expected.to(at::kCPU), 2e-3, 2e-3))
           << (y.to(at::kFloat) - expected).abs().max();
       EXPECT_FALSE(torch::equal(y.to(at::kCPU, at::kFloat), reference.to(at::kCPU)));

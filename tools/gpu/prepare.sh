@@ -4,7 +4,9 @@
 #   .gpu-deps/prefix          the C++ libraries the GPU machine lacks, from Debian's packages:
 #                             ../shared/gpu/prepare-deps.sh's (yaml-cpp, fmt, SentencePiece,
 #                             GoogleTest, nlohmann-json) and the project's own needs beyond them
-#                             (zlib and OpenSSL's libcrypto for checkpoints, jemalloc for the programs)
+#                             (zlib and OpenSSL's libcrypto for checkpoints, jemalloc for the programs,
+#                             gloo's headers: the wheel's LibTorch has none, and c10d's
+#                             ProcessGroupGloo.hpp includes them, so a build there needs them)
 #   .gpu-deps/prebuilt.tar.xz the wheel lane's programs and tests, built here (BUILD, default
 #                             build-wheel: PyTorch 2.11 with CUDA 13, the GPU machine's own), stripped;
 #                             .gpu-deps/prebuilt-dir names that folder. The run uses them instead of
@@ -39,7 +41,7 @@ if [ -f "$last" ] && [ "$(cut -d' ' -f4 "$last")" = "$code" ]; then
 fi
 rm -rf "$dest"
 bash ../shared/gpu/prepare-deps.sh "$dest" >/dev/null
-extra=(zlib1g zlib1g-dev libssl3 libssl-dev libjemalloc2 libjemalloc-dev)
+extra=(zlib1g zlib1g-dev libssl3 libssl-dev libjemalloc2 libjemalloc-dev libgloo-dev)
 mkdir -p "$dest/debs"
 (cd "$dest/debs" && apt-get download "${extra[@]}" >/dev/null)
 for d in "$dest"/debs/*.deb; do dpkg -x "$d" "$dest/prefix"; done

@@ -96,7 +96,8 @@ struct FusedLabelSmoothedLoss : public torch::autograd::Function<FusedLabelSmoot
 struct LinearLabelSmoothedLoss : public torch::autograd::Function<LinearLabelSmoothedLoss> {
   static torch::autograd::variable_list forward(torch::autograd::AutogradContext* ctx, const at::Tensor& features,
                                                 const at::Tensor& weight, const at::Tensor& target, double epsilon,
-                                                bool grad_enabled, bool count_correct, int64_t chunk_elements) {
+                                                bool grad_enabled, bool count_correct, int64_t chunk_elements,
+                                                c10::ScalarType matmul_dtype) {
     const int64_t rows = features.size(0);
     const int64_t vocab = weight.size(0);
     const bool grad_h = grad_enabled && features.requires_grad();
@@ -105,6 +106,10 @@ struct LinearLabelSmoothedLoss : public torch::autograd::Function<LinearLabelSmo
     const at::TensorOptions float_options = features.options().dtype(at::kFloat);
     at::Tensor h = features.to(at::kFloat).contiguous();
     at::Tensor w = weight.to(at::kFloat);
+    // The products' operands: h and w themselves in float32, else rounded once to matmul_dtype.
+    const bool reduced = matmul_dtype != at::kFloat;
+    at::Tensor h_mm = reduced ? features.to(matmul_dtype).contiguous() : h;
+    at::Tensor w_mm = reduced ? weight.to(matmul_dtype) : w;
     at::Tensor logits = at::empty({chunk_rows, vocab}, float_options);
     at::Tensor lprobs = at::empty({chunk_rows, vocab}, float_options);
     at::Tensor nll = at::zeros({}, float_options);
@@ -118,7 +123,11 @@ struct LinearLabelSmoothedLoss : public torch::autograd::Function<LinearLabelSmo
       at::Tensor tc = target.narrow(0, start, n).unsqueeze(1);  // (n, 1)
       at::Tensor zc = logits.narrow(0, 0, n);
       at::Tensor lc = lprobs.narrow(0, 0, n);
-      at::mm_out(zc, hc, w.t());
+      if (reduced) {
+        zc.copy_(at::mm(h_mm.narrow(0, start, n), w_mm.t()));  // (n, C) x (C, V), then float32
+      } else {
+        at::mm_out(zc, hc, w.t());
+      }
       if (count_correct) correct.add_(zc.argmax(1, true).eq(tc).sum());
       at::_log_softmax_out(lc, zc, 1, false);
       nll.sub_(lc.gather(1, tc).sum());
@@ -127,11 +136,22 @@ struct LinearLabelSmoothedLoss : public torch::autograd::Function<LinearLabelSmo
       at::Tensor a = at::exp_out(zc, lc);  // p, then A in place
       if (epsilon != 0.0) a.sub_(epsilon / static_cast<double>(vocab));
       a.scatter_add_(1, tc, at::full({n, 1}, epsilon - 1.0, float_options));
+      at::Tensor a_mm = reduced ? a.to(matmul_dtype) : a;
       if (grad_h) {
         at::Tensor dh_rows = dh.narrow(0, start, n);
-        at::mm_out(dh_rows, a, w);
+        if (reduced) {
+          dh_rows.copy_(at::mm(a_mm, w_mm));
+        } else {
+          at::mm_out(dh_rows, a, w);
+        }
       }
-      if (grad_w) dw.addmm_(a.t(), hc);
+      if (grad_w) {
+        if (reduced) {
+          dw.add_(at::mm(a_mm.t(), h_mm.narrow(0, start, n)));  // each chunk's product, summed in float32
+        } else {
+          dw.addmm_(a.t(), hc);
+        }
+      }
     }
     at::Tensor loss = epsilon == 0.0 ? nll.clone() : (1.0 - epsilon) * nll + (epsilon / vocab) * smooth;
     ctx->saved_data["epsilon"] = epsilon;
@@ -166,7 +186,7 @@ struct LinearLabelSmoothedLoss : public torch::autograd::Function<LinearLabelSmo
         grad_w.add_((h.sum(0, true) * inv_vocab - onehot_h) * s);
       }
     }
-    return {grad_h, grad_w, at::Tensor(), at::Tensor(), at::Tensor(), at::Tensor(), at::Tensor()};
+    return {grad_h, grad_w, at::Tensor(), at::Tensor(), at::Tensor(), at::Tensor(), at::Tensor(), at::Tensor()};
   }
 };
 
@@ -190,7 +210,7 @@ LossOutput Criterion::operator()(const at::Tensor& logits, const at::Tensor& tar
 }
 
 LossOutput Criterion::operator()(const at::Tensor& features_in, const at::Tensor& output_weight,
-                                 const at::Tensor& target_in) const {
+                                 const at::Tensor& target_in, c10::ScalarType matmul_dtype) const {
   at::Tensor features = features_in;  // (B, T, C), or the logits (B, T, V)
   at::Tensor target = target_in;
   if (options_.ignore_prefix_size > 0) {
@@ -214,7 +234,7 @@ LossOutput Criterion::operator()(const at::Tensor& features_in, const at::Tensor
     }
     auto losses = LinearLabelSmoothedLoss::apply(flat_features, output_weight, flat_target, eps,
                                                  torch::GradMode::is_enabled(), options_.report_accuracy,
-                                                 options_.chunk_elements);
+                                                 options_.chunk_elements, matmul_dtype);
     out.loss = losses[0];
     out.nll_loss = losses[1];
     if (options_.report_accuracy) out.stats.n_correct = losses[2].item<int64_t>();

@@ -57,9 +57,12 @@ class Criterion {
   // The same from the decoder's features (B, T, C) and the output projection's weight (V, C),
   // logits = features @ output_weight^T, without ever holding the (B, T, V) logits: they exist a
   // chunk of rows at a time, and padding rows are never projected. An undefined output_weight
-  // means `features` are the logits.
-  LossOutput operator()(const at::Tensor& features, const at::Tensor& output_weight,
-                        const at::Tensor& target) const;
+  // means `features` are the logits. `matmul_dtype` bf16 or fp16: the projection's products (the
+  // logits, and the gradients' A W and A^T h) take inputs rounded to it and give its precision, as
+  // fairseq's half-precision output layer does; the log-softmax, the loss and the gradients' sums
+  // stay float32. float32 (the default): every product in float32.
+  LossOutput operator()(const at::Tensor& features, const at::Tensor& output_weight, const at::Tensor& target,
+                        c10::ScalarType matmul_dtype = c10::ScalarType::Float) const;
   const CriterionOptions& options() const { return options_; }
 
  private:

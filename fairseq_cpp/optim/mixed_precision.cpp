@@ -75,4 +75,11 @@ AutocastScope::~AutocastScope() {
   set_autocast(device_, was_enabled_, previous_dtype_);
 }
 
+c10::ScalarType loss_matmul_dtype(Precision precision, c10::DeviceType device) {
+  if (device != c10::DeviceType::CUDA) return c10::ScalarType::Float;
+  if (precision == Precision::kBFloat16) return c10::ScalarType::BFloat16;
+  if (precision == Precision::kFloat16) return c10::ScalarType::Half;
+  return c10::ScalarType::Float;
+}
+
 }  // namespace fairseq_cpp::optim

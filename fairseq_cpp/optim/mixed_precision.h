@@ -31,6 +31,12 @@ Precision precision_of(const config::CommonConfig& common);
 // "fp32" / "bf16" / "fp16", as the start-up line names it.
 std::string precision_name(Precision precision);
 
+// The precision of the output projection's products in the loss (Criterion's matmul_dtype): on
+// CUDA the forward's (bf16 or fp16, on the tensor cores, as fairseq's half-precision output
+// layer); on the CPU float32, where bf16 products are as slow as float32's or slower without
+// AVX512_BF16 or AMX.
+c10::ScalarType loss_matmul_dtype(Precision precision, c10::DeviceType device);
+
 // Autocast on `device` for the scope's lifetime (nothing for kFloat32, nor for kFloat16 on the CPU,
 // where LibTorch 1.13 has no float16 autocast); restores the previous
 // state at its end and clears autocast's cast cache when the outermost scope ends.

@@ -177,8 +177,10 @@ bool Trainer::forward_backward(const std::vector<data::Batch>& samples, bool sca
         decoded = model_->forward_features(batch.src_tokens.to(device_), batch.src_lengths.to(device_),
                                            batch.prev_output_tokens.to(device_));
       }
-      // The loss (output projection, log-softmax) in float32, as fairseq's .float() before it.
-      criterions::LossOutput out = criterion_(decoded.features, decoded.output_weight, batch.target.to(device_));
+      // The loss: the output projection in the forward's precision on CUDA (float32 on the CPU),
+      // the log-softmax in float32, as fairseq's .float() before it.
+      criterions::LossOutput out = criterion_(decoded.features, decoded.output_weight, batch.target.to(device_),
+                                              optim::loss_matmul_dtype(precision, device_.type()));
       decoded = {};
       // fp16: the gradients are those of the scaled loss, divided by the scale after the all-reduce.
       if (scaling) out.loss = out.loss * loss_scaler_->loss_scale();
@@ -359,7 +361,9 @@ criterions::LossStats Trainer::valid_step(const data::Batch& batch) {
     decoded = model_->forward_features(batch.src_tokens.to(device_), batch.src_lengths.to(device_),
                                        batch.prev_output_tokens.to(device_));
   }
-  return criterion_(decoded.features, decoded.output_weight, batch.target.to(device_)).stats;
+  return criterion_(decoded.features, decoded.output_weight, batch.target.to(device_),
+                    optim::loss_matmul_dtype(options_.precision, device_.type()))
+      .stats;
 }
 
 }  // namespace fairseq_cpp::trainer

@@ -172,6 +172,44 @@ TEST_P(Criterions, ChunkedProjectionEqualsAutogradOfLinearAndLoss) {
   }
 }
 
+// With matmul_dtype bf16 (the trainer's on CUDA in bf16) the chunked projection is fairseq's
+// half-precision output layer: logits = float(bf16(h) bf16(W)^T), and the gradients the products of
+// bf16 operands. The reference is autograd of that composition, on each device.
+TEST_P(Criterions, ChunkedProjectionInBf16EqualsAutogradOfTheHalfPrecisionOutputLayer) {
+  torch::manual_seed(6);
+  at::Tensor base_h = torch::randn({3, 5, 16}).to(device());
+  at::Tensor base_w = torch::randn({13, 16}).to(device());
+  at::Tensor target = torch::randint(1, 13, {3, 5}, torch::kLong);
+  target[2][4] = 0;  // a padding row (padding_idx 0)
+  target = target.to(device());
+  CriterionOptions o = options("label_smoothed_cross_entropy", 0.1);
+  o.chunk_elements = 4 * 13;  // 4 rows a chunk: 4 chunks
+  auto run = [&](c10::ScalarType dtype) {
+    at::Tensor h = base_h.clone().requires_grad_(true), w = base_w.clone().requires_grad_(true);
+    LossOutput out = Criterion(o)(h, w, target, dtype);
+    (out.loss + 0.5 * out.nll_loss).backward();
+    return std::tuple{out, h.grad().to(torch::kCPU), w.grad().to(torch::kCPU)};
+  };
+  auto [out, grad_h, grad_w] = run(at::kBFloat16);
+  auto [out32, grad_h32, grad_w32] = run(at::kFloat);
+
+  at::Tensor plain_h = base_h.clone().requires_grad_(true), plain_w = base_w.clone().requires_grad_(true);
+  at::Tensor logits = torch::matmul(plain_h.to(at::kBFloat16), plain_w.to(at::kBFloat16).t()).to(at::kFloat);
+  auto [loss, nll] = label_smoothed_nll_loss(torch::log_softmax(logits, -1).view({-1, 13}), target.view(-1), 0.1, 0);
+  (loss + 0.5 * nll).backward();
+  EXPECT_NEAR(out.loss.item<double>(), loss.item<double>(), 1e-4 * loss.item<double>());
+  EXPECT_NEAR(out.nll_loss.item<double>(), nll.item<double>(), 1e-4 * nll.item<double>());
+  // bf16 keeps 8 bits of mantissa: the products' roundings are what separate bf16 from float32.
+  EXPECT_GT(std::abs(out.loss.item<double>() - out32.loss.item<double>()), 1e-6 * loss.item<double>());
+  for (auto [fused, fused32, plain, name] : {std::tuple{grad_h, grad_h32, plain_h.grad().to(torch::kCPU), "features"},
+                                             std::tuple{grad_w, grad_w32, plain_w.grad().to(torch::kCPU), "weight"}}) {
+    const double scale = plain.abs().max().item<double>();
+    EXPECT_LT((fused - plain).abs().max().item<double>(), 1e-2 * scale) << name;
+    EXPECT_GT((fused - fused32).abs().max().item<double>(), 1e-5 * scale) << name << ": bf16 changed nothing";
+  }
+  EXPECT_EQ(grad_h[2][4].abs().sum().item<double>(), 0.0);  // the padding row gets no gradient
+}
+
 // Without gradients (validation) the chunked path gives the same sums as the logits path.
 TEST_P(Criterions, ChunkedProjectionWithoutGradientsMatchesTheLogitsPath) {
   torch::NoGradGuard no_grad;

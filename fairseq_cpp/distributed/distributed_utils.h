@@ -6,6 +6,7 @@
 //   auto sums = all_reduce_dict(gang, {{"ntokens", 3454.0}, {"loss", loss_tensor}});
 
 #include <cstdint>
+#include <exception>
 #include <map>
 #include <memory>
 #include <string>
@@ -45,21 +46,27 @@ nlohmann::json broadcast_object(Gang& gang, const nlohmann::json& value, int roo
 // Rank 0's `message` on every rank (`what` names the broadcast in its error, as a CollectiveScope).
 std::string broadcast_message(Gang& gang, const std::string& message, const std::string& what);
 
-// Runs `action` on rank 0 alone, then every rank learns its outcome: when it threw an `Error`,
-// every rank throws one (rank 0 with its own message, the others with `others_prefix` before it),
-// so no rank goes on while rank 0 stopped. `what` names the broadcast of the outcome.
+// Runs `action` on rank 0 alone, then every rank learns its outcome: when it threw, every rank
+// throws (rank 0 what it threw if that was no `Error`, else an `Error` with its message; the
+// others an `Error` with `others_prefix` before the message), so no rank goes on, or waits, while
+// rank 0 stopped. `what` names the broadcast of the outcome.
 //   rank0_acts<UserError>(gang, "the run lock", [&] { lock.emplace(save_dir); });
 template <class Error, class Action>
 void rank0_acts(Gang& gang, const std::string& what, Action&& action, const std::string& others_prefix = "") {
   std::string failed;
+  std::exception_ptr other;  // rank 0's exception when it was no `Error`
   if (gang.rank() == 0) {
     try {
       action();
     } catch (const Error& e) {
       failed = e.what();
+    } catch (const std::exception& e) {
+      failed = e.what();
+      other = std::current_exception();
     }
   }
   failed = broadcast_message(gang, failed, what);
+  if (other) std::rethrow_exception(other);
   if (!failed.empty()) throw Error(gang.rank() == 0 ? failed : others_prefix + failed);
 }
 

@@ -36,7 +36,7 @@ at::Tensor attention_weights(const at::Tensor& q, const at::Tensor& k, const at:
 at::Tensor attention(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v, const at::Tensor& mask,
                      double dropout, bool training) {
 #if FSQ_TORCH_AT_LEAST(2, 0)
-#if FSQ_TORCH_AT_LEAST(2, 3)
+#if FSQ_TORCH_AT_LEAST(2, 5)
   // On CUDA in bf16/fp16, PyTorch 2.11 picks cuDNN's fused attention first on Hopper, which builds
   // an execution plan for every new (batch, length) shape (hundreds of milliseconds each, by
   // cuDNN users' reports); translation batches come in many shapes. The flash kernel has no such

@@ -31,10 +31,10 @@ Precision precision_of(const config::CommonConfig& common);
 // "fp32" / "bf16" / "fp16", as the start-up line names it.
 std::string precision_name(Precision precision);
 
-// The precision of the output projection's products in the loss (Criterion's matmul_dtype): on
-// CUDA the forward's (bf16 or fp16, on the tensor cores, as fairseq's half-precision output
-// layer); on the CPU float32, where bf16 products are as slow as float32's or slower without
-// AVX512_BF16 or AMX.
+// The precision of the output projection's products in the loss (Criterion's matmul_dtype): bf16
+// on CUDA in bf16 (on the tensor cores, as fairseq's half-precision output layer); float32 for
+// fp16 (the loss's unscaled gradient would fall below fp16's normal range), for fp32, and on the
+// CPU, where bf16 products are as slow as float32's or slower without AVX512_BF16 or AMX.
 c10::ScalarType loss_matmul_dtype(Precision precision, c10::DeviceType device);
 
 // Autocast on `device` for the scope's lifetime (nothing for kFloat32, nor for kFloat16 on the CPU,

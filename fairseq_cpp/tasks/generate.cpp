@@ -166,6 +166,16 @@ std::vector<std::vector<int64_t>> test_batches(const config::Config& cfg, const 
   return shard;
 }
 
+// --score-reference's limits, checked before --replace-unk's dictionary is read.
+void check_score_reference(const config::Config& cfg, const Translation& t, const data::LanguagePairDataset& dataset) {
+  if (!cfg.generation.score_reference) return;
+  if (dataset.target() == nullptr)
+    raise<UserError>("--score-reference scores the references, but {} has no {} side", cfg.dataset.gen_subset,
+                     t.tgt_lang);
+  if (!cfg.generation.print_alignment.empty() || !cfg.generation.replace_unk.empty())
+    raise<UserError>("--print-alignment and --replace-unk with --score-reference are not supported yet");
+}
+
 // fairseq-generate's printing and scoring: each sentence's S-/T- lines, its nbest H-/D-/P-(/A-)
 // lines, and the best hypothesis against the reference for the BLEU line.
 class GenerateReport {
@@ -181,13 +191,7 @@ class GenerateReport {
         retokenized_((!bpe_.empty() && bpe_ != "none") || unk_dict_.has_value()),
         scorer_(t.tgt_dict),
         sacrebleu_(scoring::make_scorer("bleu", scoring::ScoringOptions{})),
-        out_(cfg.common_eval.results_path, cfg.dataset.gen_subset) {
-    if (cfg.generation.score_reference && !has_target_)
-      raise<UserError>("--score-reference scores the references, but {} has no {} side", cfg.dataset.gen_subset,
-                       t.tgt_lang);
-    if (cfg.generation.score_reference && (!cfg.generation.print_alignment.empty() || !cfg.generation.replace_unk.empty()))
-      raise<UserError>("--print-alignment and --replace-unk with --score-reference are not supported yet");
-  }
+        out_(cfg.common_eval.results_path, cfg.dataset.gen_subset) {}
 
   // Prints one batch's results (`indices`: its examples), in fairseq's row order.
   void batch(const data::Batch& batch, const std::vector<int64_t>& indices, generation::Hypotheses&& hypos) {
@@ -327,12 +331,12 @@ data::SentencePiece load_sentencepiece(const config::Config& cfg, const Translat
 // fairseq-interactive: raw lines, a buffer at a time, encoded, searched and printed in input order.
 class Interactive {
  public:
-  Interactive(const config::Config& cfg, const Translation& t, int threads)
+  Interactive(const config::Config& cfg, const Translation& t, int threads, data::SentencePiece spm)
       : cfg_(cfg),
         t_(t),
         threads_(threads),
         bpe_(cfg.common_eval.post_process.empty() ? std::string("sentencepiece") : cfg.common_eval.post_process),
-        spm_(load_sentencepiece(cfg, t)),
+        spm_(std::move(spm)),
         generator_(make_generator(cfg, t)),
         unk_dict_(align_dict(cfg.generation)),
         max_source_(std::min(cfg.task.max_source_positions, t.model->max_source_positions())),
@@ -472,6 +476,7 @@ int generate_main(const Invocation& inv) {
   log::info("generate", "{} {} {}-{} {} examples", t.data_dir, subset, t.src_lang, t.tgt_lang, dataset.size());
   const std::vector<std::vector<int64_t>> batches = test_batches(cfg, t, dataset);
   generation::SequenceGenerator generator = make_generator(cfg, t);
+  check_score_reference(cfg, t, dataset);
   GenerateReport report(cfg, t, dataset);
   // Batches are collated and searched a window at a time, so memory stays bounded on large sets.
   constexpr size_t kWindow = 32;
@@ -495,12 +500,13 @@ int interactive_main(const Invocation& inv) {
   const int threads = setup_compute(cfg);
   keep_freed_memory();
   Translation t = load_translation(cfg, "train");
-  Interactive interactive(cfg, t, threads);
+  data::SentencePiece spm = load_sentencepiece(cfg, t);
   std::ifstream file;
   if (cfg.interactive.input != "-") {
     file.open(cfg.interactive.input, std::ios::binary);
     if (!file) raise<UserError>("cannot read --input {}", cfg.interactive.input);
   }
+  Interactive interactive(cfg, t, threads, std::move(spm));
   log::info("interactive", "reading raw text from {}",
             cfg.interactive.input == "-" ? "standard input" : cfg.interactive.input);
   interactive.run(cfg.interactive.input == "-" ? std::cin : file);

@@ -43,16 +43,21 @@ struct TaskData {
   data::LanguagePairOptions pair;
 };
 
-// Checks `task.data` and the batch size before any work, then loads the dictionaries.
-TaskData setup_task(const config::Config& cfg) {
-  const auto& task = cfg.task;
-  std::vector<std::string> paths = data::split_paths(task.data);
+// Checks `task.data` and the batch size before any work: the data-bins' paths.
+std::vector<std::string> check_task(const config::Config& cfg) {
+  std::vector<std::string> paths = data::split_paths(cfg.task.data);
   if (paths.empty()) raise<UserError>("`task.data` is not set: give the data-bin directory.");
   std::error_code ec;
   for (const auto& path : paths)
     if (!fs::is_directory(path, ec)) raise<UserError>("`task.data` {} is not a directory.", path);
   if (cfg.dataset.max_tokens <= 0 && cfg.dataset.batch_size <= 0)
     raise<UserError>("set `dataset.max_tokens` or `dataset.batch_size`: batches need a size.");
+  return paths;
+}
+
+// The languages and dictionaries of the checked data-bins `paths`.
+TaskData setup_task(const config::Config& cfg, std::vector<std::string> paths) {
+  const auto& task = cfg.task;
   // The languages: the config's, else the file names in the first directory (fairseq's rule).
   auto [src, tgt] = !task.source_lang.empty() && !task.target_lang.empty()
                         ? std::pair{task.source_lang, task.target_lang}
@@ -268,11 +273,12 @@ void install_stop_handlers() {
 }
 
 int train_translation(const config::Config& cfg, distributed::Gang& gang) {
-  const TaskData task_data = setup_task(cfg);
+  std::vector<std::string> paths = check_task(cfg);
   trainer::check_metric(cfg.checkpoint.best_checkpoint_metric, cfg.task.eval_bleu);
   std::optional<checkpoint::RunLock> run_lock;
   take_run_lock(cfg.checkpoint, gang, run_lock);
   torch::manual_seed(static_cast<uint64_t>(cfg.common.seed));
+  const TaskData task_data = setup_task(cfg, std::move(paths));
   Resume resume = read_resume(cfg.checkpoint);
   const GlobalBatch global = global_batch(cfg, resume, gang);
   std::unique_ptr<trainer::Trainer> trainer = build_trainer(cfg, task_data, gang, global.update_freqs[0]);

@@ -98,12 +98,13 @@ std::vector<SubsetLoss> validate(const config::Config& cli) {
       if (batch.empty()) continue;
       models::DecoderFeatures decoded;
       {
-        // --bf16/--fp16: the forward pass as the trainer's valid_step runs it; the loss in float32.
+        // --bf16/--fp16: the forward pass and the loss as the trainer's valid_step runs them.
         optim::AutocastScope autocast(optim::precision_of(cli.common), device.type());
         decoded = loaded.model->forward_features(batch.src_tokens.to(device), batch.src_lengths.to(device),
                                                  batch.prev_output_tokens.to(device));
       }
-      result.stats.add(criterion(decoded.features, decoded.output_weight, batch.target.to(device)).stats);
+      const c10::ScalarType matmul = optim::loss_matmul_dtype(optim::precision_of(cli.common), device.type());
+      result.stats.add(criterion(decoded.features, decoded.output_weight, batch.target.to(device), matmul).stats);
       ++result.batches;
     }
     results.push_back(result);

@@ -5,7 +5,7 @@
 // that metric from statistics summed across ranks. The first subset's result picks the best
 // checkpoint and feeds early stopping.
 //
-//   Validator validator(validation_options(cfg, filter, batching), subsets, make_bleu_or_null);
+//   Validator validator(validation_options(cfg, filter, batching, rank), subsets, make_bleu_or_null);
 //   std::optional<Validation> v = validator.validate(trainer, epoch, state.best);
 //   double m = validator.metric(*v);   // best_checkpoint_metric of it
 

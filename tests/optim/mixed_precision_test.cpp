@@ -124,6 +124,15 @@ TEST_P(Autocast, GradientsOfFloat32WeightsStayFloat32) {
 
 INSTANTIATE_TEST_SUITE_P(Devices, Autocast, ::testing::ValuesIn(testing::test_devices()), testing::device_name);
 
+// The loss's output projection: bf16 products only on CUDA in bf16; fp16 and the CPU keep float32.
+TEST(LossMatmulDtype, Bf16OnCudaOnly) {
+  EXPECT_EQ(loss_matmul_dtype(Precision::kBFloat16, c10::DeviceType::CUDA), c10::ScalarType::BFloat16);
+  EXPECT_EQ(loss_matmul_dtype(Precision::kFloat16, c10::DeviceType::CUDA), c10::ScalarType::Float);
+  EXPECT_EQ(loss_matmul_dtype(Precision::kFloat32, c10::DeviceType::CUDA), c10::ScalarType::Float);
+  for (Precision p : {Precision::kBFloat16, Precision::kFloat16, Precision::kFloat32})
+    EXPECT_EQ(loss_matmul_dtype(p, c10::DeviceType::CPU), c10::ScalarType::Float);
+}
+
 }  // namespace
 }  // namespace fairseq_cpp::optim
 

@@ -173,8 +173,10 @@ TEST_P(Criterions, ChunkedProjectionEqualsAutogradOfLinearAndLoss) {
 }
 
 // With matmul_dtype bf16 (the trainer's on CUDA in bf16) the chunked projection is fairseq's
-// half-precision output layer: logits = float(bf16(h) bf16(W)^T), and the gradients the products of
-// bf16 operands. The reference is autograd of that composition, on each device.
+// half-precision output layer: logits = float(bf16(h) bf16(W)^T), the gradients the products of
+// bf16 operands. The loss against autograd of that composition, on each device; the gradients
+// against the products of the same bf16-rounded operands in float64 (each LibTorch's own bf16 GEMM
+// rounds its one output, over all rows, to bf16, and 1.13's CPU one accumulates in bf16 too).
 TEST_P(Criterions, ChunkedProjectionInBf16EqualsAutogradOfTheHalfPrecisionOutputLayer) {
   torch::manual_seed(6);
   at::Tensor base_h = torch::randn({3, 5, 16}).to(device());
@@ -193,18 +195,24 @@ TEST_P(Criterions, ChunkedProjectionInBf16EqualsAutogradOfTheHalfPrecisionOutput
   auto [out, grad_h, grad_w] = run(at::kBFloat16);
   auto [out32, grad_h32, grad_w32] = run(at::kFloat);
 
-  at::Tensor plain_h = base_h.clone().requires_grad_(true), plain_w = base_w.clone().requires_grad_(true);
-  at::Tensor logits = torch::matmul(plain_h.to(at::kBFloat16), plain_w.to(at::kBFloat16).t()).to(at::kFloat);
+  at::Tensor logits = torch::matmul(base_h.to(at::kBFloat16), base_w.to(at::kBFloat16).t()).to(at::kFloat);
   auto [loss, nll] = label_smoothed_nll_loss(torch::log_softmax(logits, -1).view({-1, 13}), target.view(-1), 0.1, 0);
-  (loss + 0.5 * nll).backward();
   EXPECT_NEAR(out.loss.item<double>(), loss.item<double>(), 1e-4 * loss.item<double>());
   EXPECT_NEAR(out.nll_loss.item<double>(), nll.item<double>(), 1e-4 * nll.item<double>());
   // bf16 keeps 8 bits of mantissa: the products' roundings are what separate bf16 from float32.
   EXPECT_GT(std::abs(out.loss.item<double>() - out32.loss.item<double>()), 1e-6 * loss.item<double>());
-  for (auto [fused, fused32, plain, name] : {std::tuple{grad_h, grad_h32, plain_h.grad().to(torch::kCPU), "features"},
-                                             std::tuple{grad_w, grad_w32, plain_w.grad().to(torch::kCPU), "weight"}}) {
-    const double scale = plain.abs().max().item<double>();
-    EXPECT_LT((fused - plain).abs().max().item<double>(), 1e-2 * scale) << name;
+
+  at::Tensor exact_h = base_h.to(at::kBFloat16).to(at::kDouble).requires_grad_(true);
+  at::Tensor exact_w = base_w.to(at::kBFloat16).to(at::kDouble).requires_grad_(true);
+  at::Tensor exact_logits = torch::matmul(exact_h, exact_w.t());
+  auto [exact_loss, exact_nll] =
+      label_smoothed_nll_loss(torch::log_softmax(exact_logits, -1).view({-1, 13}), target.view(-1), 0.1, 0);
+  (exact_loss + 0.5 * exact_nll).backward();
+  for (auto [fused, fused32, exact, name] :
+       {std::tuple{grad_h, grad_h32, exact_h.grad().to(torch::kCPU, torch::kFloat), "features"},
+        std::tuple{grad_w, grad_w32, exact_w.grad().to(torch::kCPU, torch::kFloat), "weight"}}) {
+    const double scale = exact.abs().max().item<double>();
+    EXPECT_LT((fused - exact).abs().max().item<double>(), 1e-2 * scale) << name;
     EXPECT_GT((fused - fused32).abs().max().item<double>(), 1e-5 * scale) << name << ": bf16 changed nothing";
   }
   EXPECT_EQ(grad_h[2][4].abs().sum().item<double>(), 0.0);  // the padding row gets no gradient

@@ -127,7 +127,8 @@ void describe(TaskConfig& c, Section& s) {
   s.add("eval_bleu", &c.eval_bleu, "compute BLEU during validation");
   s.add("eval_bleu_detok", &c.eval_bleu_detok, "detokenizer to apply before BLEU ('space' = none)")
       .one_of({"space", "moses"});
-  s.add("eval_bleu_detok_args", &c.eval_bleu_detok_args, "JSON options of the detokenizer, e.g. {\"target_lang\": \"de\"}");
+  s.add("eval_bleu_detok_args", &c.eval_bleu_detok_args,
+        "JSON options of the detokenizer, e.g. {\"target_lang\": \"de\"}");
   s.add("eval_bleu_remove_bpe", &c.eval_bleu_remove_bpe,
         "remove this BPE before BLEU: sentencepiece, subword_nmt or a symbol (alone: '@@ '; empty = none)")
       .when_bare("@@ ");
@@ -170,6 +171,9 @@ void describe(ModelConfig& c, Section& s) {
   s.add("no_scale_embedding", &c.no_scale_embedding, "do not scale embeddings by sqrt(embed_dim)");
   s.add("layernorm_embedding", &c.layernorm_embedding, "add layer norm after the embeddings");
   s.add("no_token_positional_embeddings", &c.no_token_positional_embeddings, "disable positional embeddings");
+  s.add("checkpoint_activations", &c.checkpoint_activations,
+        "keep only each layer's input during forward and recompute the layer in backward (less memory, one more "
+        "forward pass)");
 }
 
 void describe(CriterionConfig& c, Section& s) {
@@ -320,10 +324,12 @@ void describe(ScoringConfig& c, Section& s) {
         "the first is the baseline (sacreBLEU's -i)");
   s.add("ref", &c.ref, "reference files, one sentence per line each (--ref a.de b.de: two references)");
   s.add("metric", &c.metric, "comma-separated metrics: bleu, chrf, chrf++, ter (sacreBLEU's)");
-  s.add("tokenize", &c.tokenize, "BLEU's tokenizer, as sacreBLEU's --tokenize").one_of({"13a", "intl", "zh", "char", "none"});
+  s.add("tokenize", &c.tokenize, "BLEU's tokenizer, as sacreBLEU's --tokenize")
+      .one_of({"13a", "intl", "zh", "char", "none"});
   s.add("lowercase", &c.lowercase, "BLEU on lowercased text (sacreBLEU's --lowercase)");
   s.add("smooth_method", &c.smooth_method, "BLEU's smoothing").one_of({"exp", "floor", "add-k", "none"});
-  s.add("smooth_value", &c.smooth_value, "the value of floor (default 0.1) and add-k (default 1) smoothing").at_least(0);
+  s.add("smooth_value", &c.smooth_value, "the value of floor (default 0.1) and add-k (default 1) smoothing")
+      .at_least(0);
   s.add("chrf_char_order", &c.chrf_char_order, "chrF's character n-gram order").at_least(0);
   s.add("chrf_word_order", &c.chrf_word_order, "chrF's word n-gram order (2: chrF++)").at_least(0);
   s.add("chrf_beta", &c.chrf_beta, "chrF's recall weight").at_least(0);
@@ -341,7 +347,9 @@ void describe(ScoringConfig& c, Section& s) {
   s.add("paired_bs_n", &c.paired_bs_n, "resamples of --paired-bs").at_least(1);
   s.add("paired_ar", &c.paired_ar, "several systems: paired approximate randomization against the first (baseline)");
   s.add("paired_ar_n", &c.paired_ar_n, "trials of --paired-ar").at_least(1);
-  s.add("resample_seed", &c.resample_seed, "seed of the resamples and trials, as sacreBLEU's SACREBLEU_SEED (numpy's default_rng)").at_least(0);
+  s.add("resample_seed", &c.resample_seed,
+        "seed of the resamples and trials, as sacreBLEU's SACREBLEU_SEED (numpy's default_rng)")
+      .at_least(0);
 }
 
 void describe(EmaConfig& c, Section& s) {
@@ -513,18 +521,21 @@ void check_scoring(const Config& cfg, std::vector<std::string>& errors) {
 void check_average(const Config& cfg, std::vector<std::string>& errors) {
   const AverageConfig& av = cfg.average;
   if (av.num_epoch_checkpoints > 0 && av.num_update_checkpoints > 0) {
-    errors.push_back("`average.num_update_checkpoints` must be 0 when `average.num_epoch_checkpoints` is set "
-                     "(average epoch or update checkpoints, not both), but is " + str(av.num_update_checkpoints) +
-                     " instead.");
+    errors.push_back(
+        "`average.num_update_checkpoints` must be 0 when `average.num_epoch_checkpoints` is set "
+        "(average epoch or update checkpoints, not both), but is " +
+        str(av.num_update_checkpoints) + " instead.");
   }
   if (av.num_best_checkpoints > 0 && (av.num_epoch_checkpoints > 0 || av.num_update_checkpoints > 0)) {
-    errors.push_back("`average.num_best_checkpoints` must be 0 when `average.num_epoch_checkpoints` or "
-                     "`average.num_update_checkpoints` is set (one way to choose the files), but is " +
-                     str(av.num_best_checkpoints) + " instead.");
+    errors.push_back(
+        "`average.num_best_checkpoints` must be 0 when `average.num_epoch_checkpoints` or "
+        "`average.num_update_checkpoints` is set (one way to choose the files), but is " +
+        str(av.num_best_checkpoints) + " instead.");
   }
   if (av.checkpoint_upper_bound && av.num_epoch_checkpoints == 0 && av.num_update_checkpoints == 0) {
-    errors.push_back("`average.checkpoint_upper_bound` needs `average.num_epoch_checkpoints` or "
-                     "`average.num_update_checkpoints`, but both are 0.");
+    errors.push_back(
+        "`average.checkpoint_upper_bound` needs `average.num_epoch_checkpoints` or "
+        "`average.num_update_checkpoints`, but both are 0.");
   }
 }
 

@@ -19,16 +19,16 @@ namespace fairseq_cpp::config {
 
 // `common`: logging, seeds, threads, precision.
 struct CommonConfig {
-  bool no_progress_bar = false;  // disable the progress bar (same as log_format=none)
-  int64_t log_interval = 100;    // updates between progress lines
-  std::string log_format;        // tqdm | simple | json | none; empty = tqdm on a TTY, else simple
-  std::string log_file;          // also write the log here; empty = stderr only
-  bool log_all_ranks = false;    // every rank logs INFO, not only rank 0
-  int64_t seed = 1;              // random seed for everything
-  bool cpu = false;              // use the CPU even where CUDA is available
-  int64_t cpu_threads = 0;       // intra-op threads; 0 = cores of this process / local processes
-  bool fp16 = false;             // mixed precision with float16 and a dynamic loss scaler
-  bool bf16 = false;             // mixed precision with bfloat16
+  bool no_progress_bar = false;        // disable the progress bar (same as log_format=none)
+  int64_t log_interval = 100;          // updates between progress lines
+  std::string log_format;              // tqdm | simple | json | none; empty = tqdm on a TTY, else simple
+  std::string log_file;                // also write the log here; empty = stderr only
+  bool log_all_ranks = false;          // every rank logs INFO, not only rank 0
+  int64_t seed = 1;                    // random seed for everything
+  bool cpu = false;                    // use the CPU even where CUDA is available
+  int64_t cpu_threads = 0;             // intra-op threads; 0 = cores of this process / local processes
+  bool fp16 = false;                   // mixed precision with float16 and a dynamic loss scaler
+  bool bf16 = false;                   // mixed precision with bfloat16
   bool memory_efficient_fp16 = false;  // fp16 without an fp32 copy of the weights
   bool memory_efficient_bf16 = false;  // bf16 without an fp32 copy of the weights
   std::string tensorboard_logdir;      // also write the logged stats as TensorBoard scalars here; empty = off
@@ -61,16 +61,16 @@ void describe(CommonEvalConfig& c, Section& s);
 
 // `distributed_training`: data-parallel training across processes.
 struct DistributedTrainingConfig {
-  int64_t distributed_world_size = 1;   // processes in all; 0 or 1 = one; > 1 on one node = local spawn
-  int64_t distributed_rank = 0;         // rank of this process (0-based)
-  std::string distributed_backend;      // gloo | nccl; empty = gloo on CPU, nccl on CUDA
-  std::string distributed_init_method;  // rendezvous address, e.g. tcp://host:port; empty = inferred
-  int64_t distributed_port = -1;        // rendezvous TCP port; -1 = not set
-  int64_t device_id = 0;                // CUDA device index of this process (fairseq's --local_rank)
-  bool distributed_no_spawn = false;    // do not spawn local processes even when world size > 1
-  int64_t bucket_cap_mb = 25;           // gradient all-reduce bucket size, in MiB
-  double timeout = 1800.0;              // collective and rendezvous timeout, in seconds
-  int64_t check_interval = 100;         // updates between cross-rank parameter checksum checks; 0 = off
+  int64_t distributed_world_size = 1;       // processes in all; 0 or 1 = one; > 1 on one node = local spawn
+  int64_t distributed_rank = 0;             // rank of this process (0-based)
+  std::string distributed_backend;          // gloo | nccl; empty = gloo on CPU, nccl on CUDA
+  std::string distributed_init_method;      // rendezvous address, e.g. tcp://host:port; empty = inferred
+  int64_t distributed_port = -1;            // rendezvous TCP port; -1 = not set
+  int64_t device_id = 0;                    // CUDA device index of this process (fairseq's --local_rank)
+  bool distributed_no_spawn = false;        // do not spawn local processes even when world size > 1
+  int64_t bucket_cap_mb = 25;               // gradient all-reduce bucket size, in MiB
+  double timeout = 1800.0;                  // collective and rendezvous timeout, in seconds
+  int64_t check_interval = 100;             // updates between cross-rank parameter checksum checks; 0 = off
   std::string ddp_backend = "pytorch_ddp";  // fairseq's DDP implementation; all average the same gradients here
   // network interface(s) for Gloo, comma-separated; empty = GLOO_SOCKET_IFNAME, else the one that routes to the master
   std::string socket_ifname;
@@ -105,22 +105,22 @@ void describe(DatasetConfig& c, Section& s);
 
 // `task`: translation task (fairseq/tasks/translation.py).
 struct TaskConfig {
-  std::string _name = "translation";      // task name; only "translation"
-  std::string data;                       // data-bin directory; "bin1:bin2:..." = epoch e trains on bin((e-1) mod N)
-  std::string source_lang;                // source language code; empty = infer from the data file names
-  std::string target_lang;                // target language code; empty = infer from the data file names
-  bool left_pad_source = true;            // pad source sentences on the left
-  bool left_pad_target = false;           // pad target sentences on the left
-  int64_t max_source_positions = 1024;    // max source length, in tokens
-  int64_t max_target_positions = 1024;    // max target length, in tokens
-  bool truncate_source = false;           // truncate sources to max_source_positions instead of skipping
-  int64_t upsample_primary = 1;           // with train1, train2, ...: train is repeated N times
-  bool eval_bleu = false;                 // compute BLEU on validation (beam search over the valid set)
-  std::string eval_bleu_detok = "space";  // detokenizer before BLEU; "space" = none
-  std::string eval_bleu_remove_bpe;       // remove this BPE before BLEU ("@@ ", "sentencepiece"); "" = none
-  bool eval_bleu_print_samples = false;   // log sample generations during validation
-  bool eval_tokenized_bleu = false;       // BLEU on the text as is (sacrebleu tokenize=none), not 13a
-  std::string eval_bleu_args = "{}";      // JSON generation options of the BLEU search, e.g. {"beam": 5}
+  std::string _name = "translation";        // task name; only "translation"
+  std::string data;                         // data-bin directory; "bin1:bin2:..." = epoch e trains on bin((e-1) mod N)
+  std::string source_lang;                  // source language code; empty = infer from the data file names
+  std::string target_lang;                  // target language code; empty = infer from the data file names
+  bool left_pad_source = true;              // pad source sentences on the left
+  bool left_pad_target = false;             // pad target sentences on the left
+  int64_t max_source_positions = 1024;      // max source length, in tokens
+  int64_t max_target_positions = 1024;      // max target length, in tokens
+  bool truncate_source = false;             // truncate sources to max_source_positions instead of skipping
+  int64_t upsample_primary = 1;             // with train1, train2, ...: train is repeated N times
+  bool eval_bleu = false;                   // compute BLEU on validation (beam search over the valid set)
+  std::string eval_bleu_detok = "space";    // detokenizer before BLEU; "space" = none
+  std::string eval_bleu_remove_bpe;         // remove this BPE before BLEU ("@@ ", "sentencepiece"); "" = none
+  bool eval_bleu_print_samples = false;     // log sample generations during validation
+  bool eval_tokenized_bleu = false;         // BLEU on the text as is (sacrebleu tokenize=none), not 13a
+  std::string eval_bleu_args = "{}";        // JSON generation options of the BLEU search, e.g. {"beam": 5}
   std::string eval_bleu_detok_args = "{}";  // JSON options of the detokenizer: {"target_lang": "de"}
 };
 void describe(TaskConfig& c, Section& s);
@@ -151,6 +151,7 @@ struct ModelConfig {
   std::optional<bool> no_scale_embedding;                // do not scale embeddings by sqrt(dim)
   std::optional<bool> layernorm_embedding;               // layer norm after the embeddings
   std::optional<bool> no_token_positional_embeddings;    // no positional embeddings at all
+  bool checkpoint_activations = false;                   // recompute each layer's forward in backward
 };
 void describe(ModelConfig& c, Section& s);
 
@@ -321,13 +322,13 @@ struct ScoringConfig {
   bool ter_normalized = false;
   bool ter_no_punct = false;
   bool ter_asian_support = false;
-  int64_t width = 2;  // decimals of the scores
-  bool confidence = false;     // one system: 95% confidence interval by bootstrap resampling
-  int64_t confidence_n = 1000;  // its resamples
-  bool paired_bs = false;      // several systems: paired bootstrap resampling against the first
-  int64_t paired_bs_n = 1000;   // its resamples
-  bool paired_ar = false;      // several systems: paired approximate randomisation against the first
-  int64_t paired_ar_n = 10000;  // its trials
+  int64_t width = 2;              // decimals of the scores
+  bool confidence = false;        // one system: 95% confidence interval by bootstrap resampling
+  int64_t confidence_n = 1000;    // its resamples
+  bool paired_bs = false;         // several systems: paired bootstrap resampling against the first
+  int64_t paired_bs_n = 1000;     // its resamples
+  bool paired_ar = false;         // several systems: paired approximate randomisation against the first
+  int64_t paired_ar_n = 10000;    // its trials
   int64_t resample_seed = 12345;  // seed of the resamples and trials (sacreBLEU's SACREBLEU_SEED)
 };
 void describe(ScoringConfig& c, Section& s);
@@ -335,23 +336,23 @@ void describe(ScoringConfig& c, Section& s);
 // `ema`: fairseq's exponential moving average of the weights (EMAConfig), kept in float32 beside
 // the model, saved in checkpoints as extra_state["ema"].
 struct EmaConfig {
-  bool store_ema = false;        // keep the EMA of the weights
-  double ema_decay = 0.9999;     // shadow = decay * shadow + (1 - decay) * weights, at each EMA step
-  int64_t ema_start_update = 0;  // before this many updates the EMA copies the weights (decay 0)
-  std::string ema_seed_model;    // start the EMA from this checkpoint's EMA weights; empty = from the model
-  int64_t ema_update_freq = 1;   // one EMA step every this many updates
-  bool ema_fp32 = false;         // keep the EMA in float32 (it always is here: the weights are float32)
+  bool store_ema = false;          // keep the EMA of the weights
+  double ema_decay = 0.9999;       // shadow = decay * shadow + (1 - decay) * weights, at each EMA step
+  int64_t ema_start_update = 0;    // before this many updates the EMA copies the weights (decay 0)
+  std::string ema_seed_model;      // start the EMA from this checkpoint's EMA weights; empty = from the model
+  int64_t ema_update_freq = 1;     // one EMA step every this many updates
+  bool ema_fp32 = false;           // keep the EMA in float32 (it always is here: the weights are float32)
   bool validate_with_ema = false;  // validation (loss, BLEU, best checkpoint) uses the EMA weights
 };
 void describe(EmaConfig& c, Section& s);
 
 // `average`: fairseq's scripts/average_checkpoints.py (fairseq-cpp-eval average).
 struct AverageConfig {
-  std::vector<std::string> inputs;       // checkpoint files, or one directory with the num_* keys
-  std::string output;                    // the averaged checkpoint
-  int64_t num_epoch_checkpoints = 0;     // the last N checkpointEPOCH.pt of the directory
-  int64_t num_update_checkpoints = 0;    // the last N checkpoint_EPOCH_UPDATES.pt of the directory
-  int64_t num_best_checkpoints = 0;      // the N best checkpoint.best_METRIC_VALUE.pt of the directory
+  std::vector<std::string> inputs;                // checkpoint files, or one directory with the num_* keys
+  std::string output;                             // the averaged checkpoint
+  int64_t num_epoch_checkpoints = 0;              // the last N checkpointEPOCH.pt of the directory
+  int64_t num_update_checkpoints = 0;             // the last N checkpoint_EPOCH_UPDATES.pt of the directory
+  int64_t num_best_checkpoints = 0;               // the N best checkpoint.best_METRIC_VALUE.pt of the directory
   std::optional<int64_t> checkpoint_upper_bound;  // no epoch (or update) after this one
 };
 void describe(AverageConfig& c, Section& s);

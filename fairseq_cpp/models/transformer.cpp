@@ -6,6 +6,7 @@
 
 #include "fairseq_cpp/config/config.h"
 #include "fairseq_cpp/core/errors.h"
+#include "fairseq_cpp/nn/checkpoint.h"
 #include "fairseq_cpp/nn/dropout.h"
 #include "fairseq_cpp/nn/packed_linear.h"
 
@@ -90,6 +91,11 @@ torch::nn::LayerNorm make_layer_norm(int64_t dim) {
   return torch::nn::LayerNorm(torch::nn::LayerNormOptions({dim}).eps(1e-5));
 }
 
+// Layers run through nn::checkpoint while training with gradients, when the model asks for it.
+bool checkpointing(const TransformerOptions& options, const torch::nn::Module& stack) {
+  return options.checkpoint_activations && stack.is_training() && at::GradMode::is_enabled();
+}
+
 }  // namespace
 
 const std::map<std::string, config::ModelConfig>& architectures() {
@@ -138,6 +144,7 @@ TransformerOptions resolve_transformer_options(const config::ModelConfig& m, con
   o.no_token_positional_embeddings = pick(m.no_token_positional_embeddings, p.no_token_positional_embeddings, false);
   o.max_source_positions = task.max_source_positions;
   o.max_target_positions = task.max_target_positions;
+  o.checkpoint_activations = m.checkpoint_activations;
 
   nn::check_activation(o.activation_fn, "model.activation_fn");
   auto check_heads = [](int64_t dim, int64_t heads, const char* side) {
@@ -188,7 +195,17 @@ EncoderOut TransformerEncoderImpl::forward(const at::Tensor& src_tokens) {
   if (layernorm_embedding_) x = layernorm_embedding_->forward(x);
   x = nn::dropout(x, options_.dropout, is_training());
   at::Tensor padding_mask = src_tokens.eq(padding_idx_);
-  for (auto& layer : typed_layers_) x = layer->forward(x, padding_mask);
+  const bool recompute = checkpointing(options_, *this);
+  for (auto& layer : typed_layers_) {
+    if (!recompute) {
+      x = layer->forward(x, padding_mask);
+      continue;
+    }
+    auto block = [impl = layer.ptr(), padding_mask](const std::vector<at::Tensor>& in) {
+      return impl->forward(in[0], padding_mask);
+    };
+    x = nn::checkpoint(block, {x}, layer->parameters());
+  }
   if (layer_norm_) x = layer_norm_->forward(x);
   return {x, padding_mask, at::Tensor()};
 }
@@ -261,10 +278,19 @@ at::Tensor TransformerDecoderImpl::features(const at::Tensor& tokens, const Enco
   const at::Tensor source_padding = encoder_out.padding();
   at::Tensor attn;  // (B, 1, S): the last layer's encoder attention, averaged over heads
   const bool need_attn = incremental && state->need_attn;
+  const bool recompute = !incremental && checkpointing(options_, *this);
   for (size_t i = 0; i < typed_layers_.size(); ++i) {
     const bool last = i + 1 == typed_layers_.size();
-    x = typed_layers_[i]->forward(x, states, source_padding, causal, self_padding,
-                                  incremental ? &state->layers[i] : nullptr, need_attn && last ? &attn : nullptr);
+    nn::TransformerDecoderLayer& layer = typed_layers_[i];
+    if (!recompute) {
+      x = layer->forward(x, states, source_padding, causal, self_padding, incremental ? &state->layers[i] : nullptr,
+                         need_attn && last ? &attn : nullptr);
+      continue;
+    }
+    auto block = [impl = layer.ptr(), source_padding, causal, self_padding](const std::vector<at::Tensor>& in) {
+      return impl->forward(in[0], in[1], source_padding, causal, self_padding);
+    };
+    x = nn::checkpoint(block, {x, states}, layer->parameters());
   }
   if (need_attn) state->attn = attn.select(1, 0);  // (B, 1, S) -> (B, S)
   if (incremental) state->steps = tokens.size(1);
@@ -300,8 +326,7 @@ at::Tensor TransformerModel::decode(const at::Tensor& prev_output_tokens, const 
   return decoder_->forward(prev_output_tokens, encoder_out);
 }
 
-DecoderFeatures TransformerModel::decode_features(const at::Tensor& prev_output_tokens,
-                                                 const EncoderOut& encoder_out) {
+DecoderFeatures TransformerModel::decode_features(const at::Tensor& prev_output_tokens, const EncoderOut& encoder_out) {
   return {decoder_->features(prev_output_tokens, encoder_out), decoder_->output_weight()};
 }
 

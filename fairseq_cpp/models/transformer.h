@@ -48,6 +48,7 @@ struct TransformerOptions {
   bool no_token_positional_embeddings = false;    // no positions at all
   int64_t max_source_positions = 1024;            // longest source, in tokens
   int64_t max_target_positions = 1024;            // longest target, in tokens
+  bool checkpoint_activations = false;            // layers keep only their input; recomputed in backward
 };
 
 // The architecture presets (fairseq's register_model_architecture), each a partial ModelConfig:

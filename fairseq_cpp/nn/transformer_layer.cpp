@@ -107,7 +107,10 @@ at::Tensor TransformerDecoderLayerImpl::forward(const at::Tensor& input, const a
 
   residual = x;
   x = maybe_norm(encoder_attn_layer_norm_, x, pre, true);
-  x = encoder_attn_->forward(x, encoder_out, encoder_padding_mask, at::Tensor(), cache ? &cache->encoder_attn : nullptr,
+  // Through an alias, the gradients of this layer's keys and values are summed before they join
+  // the other layers': the same sums whether the layer is checkpointed (nn/checkpoint.h) or not.
+  const at::Tensor states = encoder_out.defined() ? encoder_out.alias() : encoder_out;
+  x = encoder_attn_->forward(x, states, encoder_padding_mask, at::Tensor(), cache ? &cache->encoder_attn : nullptr,
                              true, encoder_attn);
   x = residual + nn::dropout(x, options_.dropout, train);
   x = maybe_norm(encoder_attn_layer_norm_, x, pre, false);

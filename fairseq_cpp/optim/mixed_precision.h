@@ -16,6 +16,7 @@
 #include <string>
 
 #include "fairseq_cpp/config/sections.h"
+#include "fairseq_cpp/core/autocast_state.h"
 
 namespace fairseq_cpp::optim {
 
@@ -50,8 +51,7 @@ class AutocastScope {
  private:
   bool active_ = false;
   c10::DeviceType device_;
-  bool was_enabled_ = false;
-  c10::ScalarType previous_dtype_ = c10::ScalarType::Undefined;
+  compat::AutocastState previous_;
 };
 
 }  // namespace fairseq_cpp::optim

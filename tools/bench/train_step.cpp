@@ -16,6 +16,15 @@
 //   fsq_bench_train_step [--arch transformer|transformer_vaswani_wmt_en_de_big] [--vocab 32000]
 //       [--max-tokens 16384] [--len 64] [--bf16 1] [--iters 20] [--warmup 5] [--threads N]
 //       [--peak-tflops 989] [--cpu 1] [--gemm 0] [--profile FILE] [--profile-steps 2]
+//       [--checkpoint-activations 1]
+// --checkpoint-activations 1: model.checkpoint_activations (each layer recomputed in backward).
+// On the CPU it also prints one line of memory (in GiB, 2^30 bytes):
+//   memory: model state 3.36 (parameters 0.84, gradients 0.84, optimizer 1.68), activations 2.10,
+//   peak RSS 6.38
+// the model state counted from its tensors; activations = what one more forward pass and loss of
+// the same batch add to the resident set (what backward keeps), measured after the timed updates
+// with every allocation of 128 KiB or more served by its own mapping (mallopt M_MMAP_THRESHOLD),
+// so that a freed tensor leaves the resident set.
 // `--arch multi30k` is the Multi30k preset's model (3+3 layers, d 256, 8,000 words). On the CPU it
 // also prints the GEMM-bound ceiling: a 2048^3 matrix product's FLOP rate on the same threads.
 // --profile FILE: after the timed updates, profiles --profile-steps more (LibTorch 2.x's Kineto
@@ -23,8 +32,13 @@
 //   profile: GEMM 41.0%, attention 9.3%, optimizer 2.1%, all-reduce 0.0%, other 30.2%, host gaps ...
 // (shares of the profiled steps' wall time: of CUDA kernel time on the GPU, of CPU op time on the
 // CPU; all-reduce is 0 here, one process) and writes the shares and the largest ops or kernels to FILE.
+#include <malloc.h>
+#include <sys/resource.h>
+#include <unistd.h>
+
 #include <algorithm>
 #include <chrono>
+#include <fstream>
 #include <cstdio>
 #include <string>
 #include <vector>
@@ -71,10 +85,61 @@ int64_t non_embedding_parameters(torch::nn::Module& model, const std::string& pr
   return n;
 }
 
+double gib(double bytes) { return bytes / (1 << 30); }
+
+// The resident set of this process now, and its peak so far, in bytes.
+double resident_bytes() {
+  std::ifstream statm("/proc/self/statm");
+  long pages = 0, resident = 0;
+  statm >> pages >> resident;
+  return static_cast<double>(resident) * static_cast<double>(sysconf(_SC_PAGESIZE));
+}
+double peak_resident_bytes() {
+  rusage usage{};
+  getrusage(RUSAGE_SELF, &usage);
+  return static_cast<double>(usage.ru_maxrss) * 1024;
+}
+
+double bytes_of(const at::IValue& value) {
+  if (value.isTensor()) return static_cast<double>(value.toTensor().nbytes());
+  double sum = 0;
+  if (value.isList())
+    for (const at::IValue& item : value.toListRef()) sum += bytes_of(item);
+  return sum;
+}
+
+// What the autograd graph of one forward pass and loss holds: the resident set it adds.
+double activation_bytes(models::TransformerModel& model, const criterions::Criterion& criterion, const data::Batch& b,
+                        optim::Precision precision) {
+  const double before = resident_bytes();
+  models::DecoderFeatures decoded;
+  {
+    optim::AutocastScope autocast(precision, c10::DeviceType::CPU);
+    decoded = model.forward_features(b.src_tokens, b.src_lengths, b.prev_output_tokens);
+  }
+  criterions::LossOutput out = criterion(decoded.features, decoded.output_weight, b.target);
+  return resident_bytes() - before;
+}
+
+// The model state line (see the header).
+void print_memory(torch::nn::Module& model, const optim::Optimizer& optimizer, double activations) {
+  double params = 0, grads = 0, state = 0;
+  for (const at::Tensor& p : model.parameters()) {
+    params += static_cast<double>(p.nbytes());
+    if (p.grad().defined()) grads += static_cast<double>(p.grad().nbytes());
+  }
+  for (const auto& entry : optimizer.state_dict()) state += bytes_of(entry.value());
+  std::printf("memory: model state %.2f (parameters %.2f, gradients %.2f, optimizer %.2f), activations %.2f, peak RSS "
+              "%.2f\n",
+              gib(params + grads + state), gib(params), gib(grads), gib(state), gib(activations),
+              gib(peak_resident_bytes()));
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
   core::reexec_with_cpu_runtime_settings(argc, argv);  // as the programs run: no spinning thread pools
+  mallopt(M_MMAP_THRESHOLD, 128 * 1024);  // fixed: a freed large tensor leaves the resident set
   const std::string arch = text_flag(argc, argv, "--arch", "transformer");
   const int64_t vocab = arch == "multi30k" ? 8000 : bench::flag(argc, argv, "--vocab", 32000);
   const int64_t max_tokens = bench::flag(argc, argv, "--max-tokens", 16384);
@@ -108,6 +173,7 @@ int main(int argc, char** argv) {
     config::ModelConfig m;
     m.arch = arch;
     m.share_all_embeddings = true;
+    m.checkpoint_activations = bench::flag(argc, argv, "--checkpoint-activations", 0) != 0;
     model = std::make_shared<models::TransformerModel>(models::resolve_transformer_options(m, config::TaskConfig{}),
                                                        models::Vocabularies{vocab, vocab, 1, true});
   }
@@ -184,6 +250,8 @@ int main(int argc, char** argv) {
   std::printf("%-34s %-5s %-6s %8lld %10.1f %12.0f %10.2f %9.1f %6.1f%%\n", arch.c_str(), bf16 ? "bf16" : "fp32",
               cuda ? "cuda" : "cpu", static_cast<long long>(batch * len), median_ms, tokens / (median_ms / 1000),
               peak_gib, tflops, cuda ? 100 * tflops / peak_tflops : 0.0);
+  if (!cuda)
+    print_memory(*model, trainer.optimizer(), activation_bytes(*model, criterions::Criterion(co), b, to.precision));
   // On the CPU: the GEMM-bound ceiling, from a large matrix product in the update's precision on
   // the same threads (the share of the update's model FLOP rate in it).
   if (!cuda && bench::flag(argc, argv, "--gemm", 1) != 0) {

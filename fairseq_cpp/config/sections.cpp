@@ -82,6 +82,11 @@ void describe(DistributedTrainingConfig& c, Section& s) {
         "keep the run's global batch when it resumes with another number of workers (an elastic restart on fewer "
         "or more hosts): `optimization.update_freq` is meant for the world size the run started with, and is "
         "scaled by that size / the current one");
+  s.add("zero_sharding", &c.zero_sharding,
+        "ZeRO: `os` keeps the optimizer's state (adam) of one N-th of the parameters on each of the N workers, each "
+        "updates its share and all-gathers the weights (the same update as `none`, 8 + 8/N bytes per parameter "
+        "instead of 16)")
+      .one_of({"none", "os"});
 }
 
 void describe(DatasetConfig& c, Section& s) {

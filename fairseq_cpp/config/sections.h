@@ -76,6 +76,7 @@ struct DistributedTrainingConfig {
   std::string socket_ifname;
   // on a resume with another number of workers, scale update_freq to keep the run's global batch
   bool keep_global_batch = false;
+  std::string zero_sharding = "none";  // none | os: each worker keeps the optimizer state of 1/N of the parameters
 };
 void describe(DistributedTrainingConfig& c, Section& s);
 

@@ -30,7 +30,8 @@ std::vector<T> stored_list(const StateDict& s, const std::string& key) {
   std::vector<T> out;
   for (const c10::IValue& x : v.toListRef()) {
     if (tensors ? !x.isTensor() : !x.isInt())
-      raise<DataError>("optimizer state: `{}` holds a {}, not {}", key, x.tagKind(), tensors ? "a tensor" : "an integer");
+      raise<DataError>("optimizer state: `{}` holds a {}, not {}", key, x.tagKind(),
+                       tensors ? "a tensor" : "an integer");
     if constexpr (tensors) {
       out.push_back(x.toTensor());
     } else {
@@ -66,8 +67,21 @@ class Adam : public Optimizer {
   }
   std::string name() const override { return "adam"; }
 
+  bool shard(distributed::Gang& gang) override {
+    if (!take_shard(gang)) return false;
+    flat_exp_avg_ = shard_of(flat_exp_avg_).clone();  // the whole buffers go
+    flat_exp_avg_sq_ = shard_of(flat_exp_avg_sq_).clone();
+    exp_avg_.clear();
+    exp_avg_sq_.clear();
+    return true;
+  }
+
   void step() override {
     torch::NoGradGuard no_grad;
+    if (sharded()) {
+      step_shard();
+      return;
+    }
     if (flat() && std::adjacent_find(steps_.begin(), steps_.end(), std::not_equal_to<>()) == steps_.end()) {
       // The same update rule over the flat buffers: ten ops for all parameters.
       for (auto& t : steps_) ++t;
@@ -104,6 +118,12 @@ class Adam : public Optimizer {
   StateDict state_dict() const override {
     StateDict s = Optimizer::state_dict();
     s.insert("step", c10::List<int64_t>(steps_));
+    if (sharded()) {
+      s.insert("exp_avg", to_list(per_parameter(gather_shards(flat_exp_avg_, "Adam's exp_avg for a checkpoint"))));
+      s.insert("exp_avg_sq",
+               to_list(per_parameter(gather_shards(flat_exp_avg_sq_, "Adam's exp_avg_sq for a checkpoint"))));
+      return s;
+    }
     s.insert("exp_avg", to_list(exp_avg_));
     s.insert("exp_avg_sq", to_list(exp_avg_sq_));
     return s;
@@ -116,6 +136,11 @@ class Adam : public Optimizer {
     if (steps.size() != params_.size()) raise<DataError>("optimizer state: `step` has the wrong length");
     steps_ = std::move(steps);
     torch::NoGradGuard no_grad;
+    if (sharded()) {  // this rank's slice of the whole state
+      flat_exp_avg_.copy_(shard_of(cat_flat(exp_avg)));
+      flat_exp_avg_sq_.copy_(shard_of(cat_flat(exp_avg_sq)));
+      return;
+    }
     for (size_t i = 0; i < params_.size(); ++i) {  // into the (flat) buffers in place
       exp_avg_[i].copy_(exp_avg[i]);
       exp_avg_sq_[i].copy_(exp_avg_sq[i]);
@@ -126,6 +151,34 @@ class Adam : public Optimizer {
   void on_flatten() override {
     flat_exp_avg_ = flatten_state(exp_avg_);
     flat_exp_avg_sq_ = flatten_state(exp_avg_sq_);
+  }
+
+  // The flat update rule over this rank's slice, then every rank's slice into the weights.
+  void step_shard() {
+    if (!flat() || std::adjacent_find(steps_.begin(), steps_.end(), std::not_equal_to<>()) != steps_.end())
+      raise<OperationalError>("zero_sharding: the optimizer's parameters are no longer the views of its flat buffer");
+    for (auto& t : steps_) ++t;
+    const int64_t t = steps_.empty() ? 1 : steps_[0];
+    at::Tensor grads = shard_of(flat_grads_);
+    at::Tensor params = shard_of(flat_params_);
+    flat_exp_avg_.mul_(beta1_).add_(grads, 1 - beta1_);
+    flat_exp_avg_sq_.mul_(beta2_).addcmul_(grads, grads, 1 - beta2_);
+    at::Tensor denom = flat_exp_avg_sq_.sqrt().add_(eps_);
+    const double bias_correction1 = 1 - std::pow(beta1_, static_cast<double>(t));
+    const double bias_correction2 = 1 - std::pow(beta2_, static_cast<double>(t));
+    const double step_size = lr_ * std::sqrt(bias_correction2) / bias_correction1;
+    if (weight_decay_ != 0) params.add_(params, -weight_decay_ * lr_);
+    params.addcdiv_(flat_exp_avg_, denom, -step_size);
+    flat_params_.copy_(gather_shards(params, "the updated weights' slices"));
+    written_through_flat_buffer();
+  }
+
+  // Per-parameter views of a whole flat buffer.
+  std::vector<at::Tensor> per_parameter(const at::Tensor& flat) const {
+    std::vector<at::Tensor> out;
+    for (size_t i = 0; i < params_.size(); ++i)
+      out.push_back(flat.narrow(0, offsets_[i], params_[i].numel()).view(params_[i].sizes()));
+    return out;
   }
 
   double beta1_, beta2_, eps_, weight_decay_;
@@ -289,6 +342,34 @@ at::Tensor Optimizer::flatten_state(std::vector<at::Tensor>& state) const {
     state[i] = view;
   }
   return flat;
+}
+
+bool Optimizer::shard(distributed::Gang& gang) {
+  (void)gang;
+  return false;
+}
+
+bool Optimizer::take_shard(distributed::Gang& gang) {
+  if (!flat()) return false;
+  const int64_t n = flat_params_.numel(), world = gang.size();
+  shard_length_ = (n + world - 1) / world;
+  shard_begin_ = std::min(n, gang.rank() * shard_length_);
+  shard_end_ = std::min(n, shard_begin_ + shard_length_);
+  shard_gang_ = &gang;
+  return true;
+}
+
+at::Tensor Optimizer::gather_shards(const at::Tensor& slice, const std::string& what) const {
+  at::Tensor padded = at::zeros({shard_length_}, slice.options());
+  padded.narrow(0, 0, slice.numel()).copy_(slice);
+  distributed::CollectiveScope scope("zero_sharding's all-gather of " + what);
+  return shard_gang_->all_gather(padded).view({-1}).narrow(0, 0, flat_params_.numel());
+}
+
+at::Tensor Optimizer::cat_flat(const std::vector<at::Tensor>& tensors) {
+  std::vector<at::Tensor> rows;
+  for (const at::Tensor& t : tensors) rows.push_back(t.reshape({-1}));
+  return torch::cat(rows);
 }
 
 void Optimizer::zero_grad() {

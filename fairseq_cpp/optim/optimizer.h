@@ -16,6 +16,7 @@
 #include <ATen/core/ivalue.h>
 
 #include "fairseq_cpp/config/sections.h"
+#include "fairseq_cpp/distributed/gang.h"
 
 namespace fairseq_cpp::optim {
 
@@ -60,6 +61,17 @@ class Optimizer {
   // The flat gradient buffer (undefined before flatten()).
   const at::Tensor& flat_grads() const { return flat_grads_; }
 
+  // ZeRO stage 1 (fairseq's `zero_sharding: os`), after flatten(): this rank keeps the optimizer's
+  // state for one contiguous slice of the flat buffer (an equal share of ceil(n / N) elements,
+  // rank r the r-th), step() updates only that slice of the weights from the same slice of the
+  // (all-reduced) gradients, and all-gathers the slices into every rank's weights. Each element's
+  // update is the unsharded one. state_dict() then gathers the whole state (a collective: every
+  // rank calls it), and load_state_dict() keeps this rank's slice of a whole state, so checkpoints
+  // are as unsharded and resume on any number of workers. Returns false for an optimizer without it
+  // (sgd, nag) or parameters that are not flat.
+  virtual bool shard(distributed::Gang& gang);
+  bool sharded() const { return shard_gang_ != nullptr; }
+
   // {"name", "lr", plus per-parameter state as lists in parameter order}; never a one-entry dict.
   virtual StateDict state_dict() const;
   // Throws DataError when the state is for another optimizer or other parameter shapes.
@@ -75,11 +87,21 @@ class Optimizer {
   // After writing the weights through flat_params_: moves every parameter's version counter, as a
   // write through the parameter itself would.
   void written_through_flat_buffer();
+  // After shard(): this rank's slice of a flat buffer; a whole flat buffer from every rank's slice
+  // of it (`slice`, this rank's, padded to the common length for the all-gather).
+  // Takes this rank's slice of the flat buffer (shard()'s part common to the optimizers); false when not flat.
+  bool take_shard(distributed::Gang& gang);
+  at::Tensor shard_of(const at::Tensor& flat) const { return flat.slice(0, shard_begin_, shard_end_); }
+  at::Tensor gather_shards(const at::Tensor& slice, const std::string& what) const;
+  // The whole flat buffer of per-parameter tensors (in parameter order).
+  static at::Tensor cat_flat(const std::vector<at::Tensor>& tensors);
 
   std::vector<at::Tensor> params_;
   double lr_;
-  at::Tensor flat_params_, flat_grads_;  // defined after flatten()
-  std::vector<int64_t> offsets_;         // params_[i] is [offsets_[i], offsets_[i] + numel) of them
+  at::Tensor flat_params_, flat_grads_;      // defined after flatten()
+  std::vector<int64_t> offsets_;             // params_[i] is [offsets_[i], offsets_[i] + numel) of them
+  distributed::Gang* shard_gang_ = nullptr;  // set by shard()
+  int64_t shard_begin_ = 0, shard_end_ = 0, shard_length_ = 0;  // this rank's slice; the common length
 };
 
 std::unique_ptr<Optimizer> build_optimizer(const OptimizerOptions& options, std::vector<at::Tensor> params);

@@ -25,8 +25,10 @@ bool is_out_of_memory(const c10::Error& e) {
 optim::LossScalerOptions loss_scaler_options(const config::Config& cfg, int64_t world_size, int64_t update_freq) {
   const auto& common = cfg.common;
   if (!common.fp16_scale_window && cfg.optimization.update_freq.size() > 1)
-    raise<UserError>("set `common.fp16_scale_window` (--fp16-scale-window): its default needs one "
-                     "`optimization.update_freq`, not a schedule of {}", cfg.optimization.update_freq.size());
+    raise<UserError>(
+        "set `common.fp16_scale_window` (--fp16-scale-window): its default needs one "
+        "`optimization.update_freq`, not a schedule of {}",
+        cfg.optimization.update_freq.size());
   optim::LossScalerOptions scaler;
   scaler.init_scale = static_cast<double>(common.fp16_init_scale);
   scaler.scale_window = common.fp16_scale_window.value_or(std::max<int64_t>(1, (1 << 14) / world_size / update_freq));
@@ -34,6 +36,15 @@ optim::LossScalerOptions loss_scaler_options(const config::Config& cfg, int64_t 
   scaler.threshold = common.threshold_loss_scale;
   scaler.min_loss_scale = common.min_loss_scale;
   return scaler;
+}
+
+// Where zero_sharding os leaves each worker: float32 weights and gradients, adam's two moments of its share.
+void log_zero_sharding(int workers, int64_t parameters) {
+  const double n = static_cast<double>(parameters), world = static_cast<double>(workers);
+  log::info("trainer",
+            "zero_sharding os: each of {} workers keeps adam's state of {} of the {} parameters; model state {:.3f} "
+            "GB per worker (8 + 8/{} bytes per parameter)",
+            workers, static_cast<int64_t>(std::ceil(n / world)), parameters, (8 + 8 / world) * n / 1e9, workers);
 }
 
 }  // namespace
@@ -49,6 +60,7 @@ TrainerOptions trainer_options(const config::Config& cfg, int64_t world_size, in
   // fairseq's DDP backends: c10d / pytorch_ddp overlap the all-reduce with backward, the legacy one does not.
   const std::string& ddp = cfg.distributed_training.ddp_backend;
   o.overlap_all_reduce = ddp == "c10d" || ddp == "pytorch_ddp";
+  o.shard_optimizer_state = cfg.distributed_training.zero_sharding == "os";
   o.precision = optim::precision_of(cfg.common);
   if (cfg.common.fp16) {
     o.loss_scaler = loss_scaler_options(cfg, world_size, update_freq);
@@ -88,6 +100,12 @@ Trainer::Trainer(const TrainerOptions& options, std::shared_ptr<models::EncoderD
     // update's activations, where they would pin the heap's high end for the whole run.
     if (p.requires_grad() && !p.grad().defined()) p.mutable_grad() = at::zeros_like(p);
   }
+  if (options_.shard_optimizer_state && gang_.size() > 1 && !optimizer_->shard(gang_))
+    raise<UserError>(
+        "`distributed_training.zero_sharding: os` shards adam's state over one flat float32 buffer of "
+        "the parameters, but the optimizer is `{}`{}.",
+        optimizer_->name(), flat() ? "" : " and the parameters are not flat");
+  if (optimizer_->sharded()) log_zero_sharding(gang_.size(), num_scalars_);
   optimizer_->set_lr(lr_scheduler_->step_update(0));
   if (options_.overlap_all_reduce && gang_.size() > 1 && flat())
     buckets_ = std::make_unique<GradBuckets>(params_, optimizer_->flat_grads(), bucket_scalars());
@@ -145,8 +163,8 @@ StepStats Trainer::train_step(const std::vector<data::Batch>& samples) {
     return stats;
   }
   const double scale = scaling ? loss_scaler_->loss_scale() : 1.0;
-  stats.allreduce_wait_seconds = waited + all_reduce_gradients(static_cast<double>(stats.loss.sample_size) * scale,
-                                                                one_term);
+  stats.allreduce_wait_seconds =
+      waited + all_reduce_gradients(static_cast<double>(stats.loss.sample_size) * scale, one_term);
   if (buckets_) stats.buckets_started_by_backward = static_cast<int64_t>(buckets_->started_by_backward());
   stats.gnorm = flat() ? optim::clip_grad_norm(optimizer_->flat_grads(), options_.clip_norm)
                        : optim::clip_grad_norm(params_, options_.clip_norm);
@@ -243,8 +261,8 @@ StepStats Trainer::on_overflow(const std::vector<data::Batch>& samples, StepStat
 
 StepStats Trainer::skip_nonfinite(StepStats stats) {
   ++nonfinite_in_a_row_;
-  log::warning("trainer", "non-finite gradient norm at update {} ({} in a row); skipping the update",
-               num_updates_ + 1, nonfinite_in_a_row_);
+  log::warning("trainer", "non-finite gradient norm at update {} ({} in a row); skipping the update", num_updates_ + 1,
+               nonfinite_in_a_row_);
   if (nonfinite_in_a_row_ >= options_.max_nonfinite)
     raise<OperationalError>(
         "{} updates in a row had a non-finite gradient norm (`optimization.max_nonfinite` is {}); lower the "

@@ -48,6 +48,8 @@ struct TrainerOptions {
   // resumes with a fresh scale. Unset = the minimum stops training, as in fairseq.
   std::optional<optim::Precision> fp16_fallback;
   int64_t fp16_fallback_updates = 1000;
+  // With several workers: ZeRO stage 1 (`zero_sharding: os`), Optimizer::shard().
+  bool shard_optimizer_state = false;
 };
 
 // The trainer's options of `cfg` for `world_size` workers that start with update frequency
@@ -142,9 +144,9 @@ class Trainer {
   std::unique_ptr<Ema> ema_;
   std::unique_ptr<optim::DynamicLossScaler> loss_scaler_;
   std::unique_ptr<GradBuckets> buckets_;  // overlap_all_reduce with several workers and flat gradients
-  std::vector<at::Tensor> params_;  // unique parameters, in a fixed order on every rank
-  at::Tensor grad_sum_;             // (all parameters,) float64: this update's gradient sum, once needed
-  int64_t num_scalars_ = 0;         // scalars in params_
+  std::vector<at::Tensor> params_;        // unique parameters, in a fixed order on every rank
+  at::Tensor grad_sum_;                   // (all parameters,) float64: this update's gradient sum, once needed
+  int64_t num_scalars_ = 0;               // scalars in params_
   c10::Device device_;
   int64_t num_updates_ = 0;
   int64_t nonfinite_in_a_row_ = 0;

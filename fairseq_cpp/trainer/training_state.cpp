@@ -30,11 +30,13 @@ checkpoint::StateDict get_dict(const checkpoint::StateDict& dict, const std::str
 }  // namespace
 
 checkpoint::StateDict make_checkpoint(Trainer& trainer, const TrainingState& state, const std::string& config_yaml,
-                                      bool with_optimizer_state) {
+                                      bool with_optimizer_state,
+                                      const std::optional<checkpoint::StateDict>& optimizer_state) {
   checkpoint::StateDict ckpt = checkpoint::new_state_dict();
   ckpt.insert(checkpoint::kModelKey, checkpoint::model_state(trainer.model()));
   ckpt.insert(checkpoint::kConfigKey, config_yaml);
-  if (with_optimizer_state) ckpt.insert("optimizer", trainer.optimizer().state_dict());
+  if (with_optimizer_state)
+    ckpt.insert("optimizer", optimizer_state ? *optimizer_state : trainer.optimizer().state_dict());
   ckpt.insert("lr_scheduler", trainer.lr_scheduler().state_dict());
   checkpoint::StateDict iterator = checkpoint::new_state_dict();
   iterator.insert("epoch", state.iterator.epoch);
@@ -95,8 +97,10 @@ TrainingState restore_checkpoint(const checkpoint::StateDict& ckpt, const std::s
   if (!options.reset_optimizer && ckpt.contains("optimizer"))
     trainer.optimizer().load_state_dict(get_dict(ckpt, "optimizer", path));
   else if (!options.reset_optimizer)
-    log::info("checkpoint", "{} holds no optimizer state (saved with --no-save-optimizer-state): the optimizer starts "
-              "afresh", path);
+    log::info("checkpoint",
+              "{} holds no optimizer state (saved with --no-save-optimizer-state): the optimizer starts "
+              "afresh",
+              path);
   if (!options.reset_lr_scheduler) trainer.lr_scheduler().load_state_dict(get_dict(ckpt, "lr_scheduler", path));
   if (optim::DynamicLossScaler* scaler = trainer.loss_scaler(); scaler != nullptr && extra.contains("loss_scaler")) {
     // A run saved without fp16 (no entry) starts the scaler afresh, as fairseq does.
@@ -130,10 +134,11 @@ std::vector<int64_t> keep_global_batch(const std::vector<int64_t>& update_freq, 
   std::vector<int64_t> scaled;
   for (int64_t u : update_freq) {
     if (u * batch_world_size % world_size != 0)
-      raise<UserError>("`distributed_training.keep_global_batch`: the run's global batch is {} workers x update_freq {} "
-                       "= {} batches per update, which {} workers cannot share evenly; run on a number of workers that "
-                       "divides {}, or turn keep_global_batch off and set `optimization.update_freq`.",
-                       batch_world_size, u, u * batch_world_size, world_size, u * batch_world_size);
+      raise<UserError>(
+          "`distributed_training.keep_global_batch`: the run's global batch is {} workers x update_freq {} "
+          "= {} batches per update, which {} workers cannot share evenly; run on a number of workers that "
+          "divides {}, or turn keep_global_batch off and set `optimization.update_freq`.",
+          batch_world_size, u, u * batch_world_size, world_size, u * batch_world_size);
     scaled.push_back(u * batch_world_size / world_size);
   }
   return scaled;

@@ -3,8 +3,8 @@
 // a checkpoint file together with the model, optimizer and LR scheduler:
 //   "model", "cfg", "optimizer", "lr_scheduler", "extra_state" {train_iterator {epoch,
 //   global_batches, shuffle, data_shard, data_shards}, num_updates, best, bad_validations,
-//   wall_seconds, batch_world_size, update_batches, with an EMA: ema {name -> tensor}, ema_update_counter, with fp16: loss_scaler
-//   {loss_scale, iter, last_overflow_iter, last_rescale_iter, overflows_since_rescale,
+//   wall_seconds, batch_world_size, update_batches, with an EMA: ema {name -> tensor}, ema_update_counter, with fp16:
+//   loss_scaler {loss_scale, iter, last_overflow_iter, last_rescale_iter, overflows_since_rescale,
 //   fallback_updates_left}}
 
 #include <optional>
@@ -43,8 +43,11 @@ struct RestoreOptions {
 
 // The whole checkpoint of `trainer` at `state`, with `config_yaml` (config::dump_config); without
 // the optimizer's state when `with_optimizer_state` is false (fairseq's --no-save-optimizer-state).
+// `optimizer_state`, when given, is the optimizer's state_dict() taken already (a sharded
+// optimizer gathers it with every rank, before rank 0 writes).
 checkpoint::StateDict make_checkpoint(Trainer& trainer, const TrainingState& state, const std::string& config_yaml,
-                                      bool with_optimizer_state);
+                                      bool with_optimizer_state,
+                                      const std::optional<checkpoint::StateDict>& optimizer_state = std::nullopt);
 
 // Loads `ckpt` (read from `path`) into `trainer`; returns the training state to continue from. A
 // checkpoint saved without its optimizer state resumes with a fresh optimizer, as fairseq's does.

@@ -91,6 +91,83 @@ TEST_F(TrainingRun, CheckpointedActivationsTrainTheSameParametersToTheBit) {
   }
 }
 
+// The optimizer's state of a checkpoint: each list of tensors by its key.
+std::map<std::string, std::vector<at::Tensor>> optimizer_state(const std::string& save_dir) {
+  std::map<std::string, std::vector<at::Tensor>> out;
+  auto ckpt = checkpoint::load_file(save_dir + "/checkpoint_last.pt");
+  for (const auto& entry : ckpt.at("optimizer").toGenericDict()) {
+    if (!entry.value().isList()) continue;
+    for (const c10::IValue& item : entry.value().toListRef())
+      if (item.isTensor()) out[entry.key().toStringRef()].push_back(item.toTensor());
+  }
+  return out;
+}
+
+TEST_F(TrainingRun, ShardedOptimizerStateTrainsTheUnshardedRunToTheBit) {
+  // zero_sharding os with 2 and 3 Gloo workers, dropout and active clipping, in float32 and bf16:
+  // each rank updates its slice with Adam's unsharded rule, so the weights, the logged losses and
+  // the checkpoint's (gathered) Adam state are the unsharded run's, bit for bit.
+  for (int world : {2, 3}) {
+    for (const std::string bf16 : {"false", "true"}) {
+      const std::string tag = fmt::format("{}-{}", world, bf16);
+      std::string plain = work_.path() + "/plain-" + tag, sharded = work_.path() + "/sharded-" + tag;
+      auto rp = train(config(plain, world, 1, 12, "", 0.1), {"common.bf16=" + bf16});
+      ASSERT_EQ(rp.exit_code, 0) << rp.err;
+      auto rs = train(config(sharded, world, 1, 12, "", 0.1),
+                      {"common.bf16=" + bf16, "distributed_training.zero_sharding=os"});
+      ASSERT_EQ(rs.exit_code, 0) << rs.err;
+      EXPECT_NE(rs.err.find(fmt::format("zero_sharding os: each of {} workers keeps adam's state of", world)),
+                std::string::npos)
+          << rs.err;
+      auto pp = parameters(plain), ps = parameters(sharded);
+      for (const auto& item : pp) EXPECT_TRUE(torch::equal(item.value(), ps.at(item.key()))) << tag << " " << item.key();
+      auto sp = optimizer_state(plain), ss = optimizer_state(sharded);
+      ASSERT_EQ(sp.size(), 2u) << "exp_avg and exp_avg_sq";
+      for (const auto& [key, tensors] : sp) {
+        ASSERT_EQ(tensors.size(), ss.at(key).size()) << key;
+        for (size_t i = 0; i < tensors.size(); ++i)
+          EXPECT_TRUE(torch::equal(tensors[i], ss.at(key)[i])) << tag << " " << key << "[" << i << "]";
+      }
+      auto lp = inner_logs(rp.err), ls = inner_logs(rs.err);
+      ASSERT_EQ(ls.size(), 12u) << rs.err;
+      bool clipped = false;
+      for (auto& [n, j] : ls) {
+        EXPECT_EQ(j["loss"], lp[n]["loss"]) << tag << ", update " << n;
+        EXPECT_EQ(j["gnorm"], lp[n]["gnorm"]) << tag << ", update " << n;
+        clipped = clipped || j["gnorm"].get<double>() > 1.0;
+      }
+      EXPECT_TRUE(clipped) << "clip_norm 1.0 should have clipped some update";
+    }
+  }
+}
+
+TEST_F(TrainingRun, ShardedCheckpointsResumeOnAnotherWorldSizeShardedOrNot) {
+  // One worker x update_freq 2 straight, against: 10 updates sharded over 2 workers, resumed by one
+  // unsharded worker; and 10 updates of one worker, resumed sharded over 2 workers. The checkpoint
+  // holds the whole optimizer state either way.
+  std::string straight = work_.path() + "/straight", a = work_.path() + "/a", b = work_.path() + "/b";
+  ASSERT_EQ(train(config(straight, 1, 2, 20)).exit_code, 0);
+  const std::string os = "distributed_training.zero_sharding=os";
+  auto a1 = train(config(a, 2, 1, 10), {os});
+  ASSERT_EQ(a1.exit_code, 0) << a1.err;
+  auto a2 = train(config(a, 1, 2, 20));
+  ASSERT_EQ(a2.exit_code, 0) << a2.err;
+  EXPECT_LT(max_relative_difference(parameters(straight), parameters(a)), 1e-5);
+  auto b1 = train(config(b, 1, 2, 10));
+  ASSERT_EQ(b1.exit_code, 0) << b1.err;
+  auto b2 = train(config(b, 2, 1, 20), {os});
+  ASSERT_EQ(b2.exit_code, 0) << b2.err;
+  EXPECT_NE(b2.err.find("loaded " + b + "/checkpoint_last.pt"), std::string::npos) << b2.err;
+  EXPECT_LT(max_relative_difference(parameters(straight), parameters(b)), 1e-5);
+}
+
+TEST_F(TrainingRun, ShardingRefusesAnOptimizerWithoutIt) {
+  auto r = train(config(work_.path() + "/sgd", 2, 1, 2),
+                 {"distributed_training.zero_sharding=os", "optimizer._name=sgd", "lr_scheduler._name=fixed"});
+  EXPECT_EQ(r.exit_code, 2) << r.err;
+  EXPECT_NE(r.err.find("`distributed_training.zero_sharding: os` shards adam's state"), std::string::npos) << r.err;
+}
+
 TEST_F(TrainingRun, TwoWorkersCheckpointResumesWithOneWorkerAtTheSameBatch) {
   std::string straight = work_.path() + "/straight", resumed = work_.path() + "/resumed";
   ASSERT_EQ(train(config(straight, 1, 2, 20)).exit_code, 0);

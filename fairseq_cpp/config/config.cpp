@@ -553,6 +553,7 @@ std::string key_for_flag(const std::string& flag, bool* is_switch, bool* is_list
         std::replace(alias_flag.begin(), alias_flag.end(), '_', '-');
         match = match || (alias.front() != '_' && alias_flag == flag);
       }
+      match = match || std::find(f.flag_spellings.begin(), f.flag_spellings.end(), flag) != f.flag_spellings.end();
       if (!match) continue;
       if (bare != nullptr) *bare = f.bare;
       if (is_switch != nullptr)

@@ -65,7 +65,10 @@ void describe(DistributedTrainingConfig& c, Section& s) {
   s.add("distributed_init_method", &c.distributed_init_method,
         "rendezvous address, e.g. tcp://host:port (empty = inferred)");
   s.add("distributed_port", &c.distributed_port, "rendezvous TCP port (-1 = not set)").at_least(-1);
-  s.add("device_id", &c.device_id, "CUDA device index of this process").at_least(0).alias("local_rank");
+  s.add("device_id", &c.device_id, "CUDA device index of this process")
+      .at_least(0)
+      .alias("local_rank")
+      .also_flag("local_rank");
   s.add("distributed_no_spawn", &c.distributed_no_spawn, "do not spawn local processes");
   s.add("bucket_cap_mb", &c.bucket_cap_mb, "gradient all-reduce bucket size in MiB").greater_than(0);
   s.add("timeout", &c.timeout, "collective and rendezvous timeout in seconds").greater_than(0);

@@ -476,6 +476,9 @@ Config load_config(const std::string& path, const std::vector<Assignment>& assig
   Problems problems;
   if (!path.empty()) apply_file(path, sections, problems);
   for (const auto& a : assignments) apply_assignment(a, sections, problems);
+  // fairseq's default for the scheduler chosen, resolved here so that --dump-config and the saved config show it.
+  if (!cfg.lr_scheduler.warmup_updates)
+    cfg.lr_scheduler.warmup_updates = default_warmup_updates(cfg.lr_scheduler._name);
   check_refusals(sections, problems);
   check_consistency(cfg, problems);
   GenerationConfig bleu_generation;

@@ -196,7 +196,9 @@ void describe(LrSchedulerConfig& c, Section& s) {
   s.add("_name", &c._name, "learning rate scheduler")
       .one_of({"fixed", "inverse_sqrt", "polynomial_decay", "cosine", "reduce_lr_on_plateau"})
       .with_flag("lr-scheduler");
-  s.add("warmup_updates", &c.warmup_updates, "warm up the lr linearly for N updates (inverse_sqrt needs > 0)")
+  s.add("warmup_updates", &c.warmup_updates,
+        "warm up the lr linearly for N updates (inverse_sqrt needs > 0; null = fairseq's default: 4000 for "
+        "inverse_sqrt, 0 for the others)")
       .at_least(0);
   s.add("warmup_init_lr", &c.warmup_init_lr, "initial lr during warm-up (< 0 = 0, or min_lr for cosine)");
   s.add("end_learning_rate", &c.end_learning_rate, "polynomial_decay: learning rate to decay to").at_least(0);
@@ -212,6 +214,8 @@ void describe(LrSchedulerConfig& c, Section& s) {
   s.add("lr_period_updates", &c.lr_period_updates,
         "cosine: updates in the first period (<= 0 = max_update - warmup_updates)");
 }
+
+int64_t default_warmup_updates(const std::string& name) { return name == "inverse_sqrt" ? 4000 : 0; }
 
 void describe(OptimizationConfig& c, Section& s) {
   s.add("max_epoch", &c.max_epoch, "force stop training at this epoch (0 = no limit)").at_least(0);
@@ -454,11 +458,10 @@ void check_training(const Config& cfg, std::vector<std::string>& errors) {
         "(use label_smoothed_cross_entropy), but is " +
         str(cfg.criterion.label_smoothing) + " instead.");
   }
-  if (cfg.lr_scheduler._name == "inverse_sqrt" && cfg.lr_scheduler.warmup_updates <= 0) {
+  if (cfg.lr_scheduler._name == "inverse_sqrt" && cfg.lr_scheduler.warmup_updates == 0) {
     errors.push_back(
         "`lr_scheduler.warmup_updates` must be greater than 0 for `lr_scheduler._name` "
-        "inverse_sqrt, but is " +
-        str(cfg.lr_scheduler.warmup_updates) + " instead.");
+        "inverse_sqrt (leave it out for fairseq's 4000), but is 0 instead.");
   }
   const std::vector<double>& betas = cfg.optimizer.adam_betas;
   if (betas.size() != 2) {

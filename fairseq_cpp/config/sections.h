@@ -262,6 +262,8 @@ struct GenerationConfig {
   // linear layers' weights at inference: none (float32) | int8 (per output channel, activations
   // quantized per row at each call; CPU with AVX-512 VNNI)
   std::string quantize = "none";
+  // keep dropout active at inference (fairseq's --retain-dropout): outputs then vary with the seed
+  bool retain_dropout = false;
 };
 // replace_unk's value for `--replace-unk` alone: copy the aligned source word.
 inline constexpr const char* kCopySourceWord = "copy";

@@ -539,7 +539,16 @@ void check_average(const Config& cfg, std::vector<std::string>& errors) {
 
 }  // namespace
 
+// A preset's `task.data` placeholder, "<what to put here>", left in place.
+void check_placeholder(const Config& cfg, std::vector<std::string>& errors) {
+  const std::string& data = cfg.task.data;
+  if (data.size() < 2 || data.front() != '<' || data.back() != '>') return;
+  errors.push_back("`task.data` must be a data-bin directory, but is the preset's placeholder " + data +
+                   " instead; put that there: task.data=DIR, --data DIR, or DIR after the config file.");
+}
+
 void check_consistency(const Config& cfg, std::vector<std::string>& errors) {
+  check_placeholder(cfg, errors);
   check_training(cfg, errors);
   check_generation(cfg, errors);
   if (cfg.optimization.lr.empty()) {

@@ -19,8 +19,6 @@ namespace fairseq_cpp {
 namespace {
 namespace fs = std::filesystem;
 
-std::string shared_dir() { return testing::source_dir() + "/../shared"; }
-
 int count_lines(const std::string& text, const std::string& prefix) {
   int n = 0;
   std::istringstream in(text);
@@ -35,7 +33,8 @@ class ScoreProgram : public ::testing::Test {
     dir_ = new testing::TempDir();
     ref_ = dir_->path() + "/test_2016_flickr.de";
     auto r = testing::run(
-        {"/bin/sh", "-c", "gzip -dc '" + shared_dir() + "/data/multi30k/test_2016_flickr.de.gz' > '" + ref_ + "'"});
+        {"/bin/sh", "-c",
+         "gzip -dc '" + testing::shared_dir() + "/data/multi30k/test_2016_flickr.de.gz' > '" + ref_ + "'"});
     gunzip_status_ = r.exit_code;
   }
   static void TearDownTestSuite() {

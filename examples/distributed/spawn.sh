@@ -5,8 +5,8 @@
 #   examples/distributed/spawn.sh [BUILD_DIR] [DATA_DIR] [fairseq-cpp-train argument ...]
 #
 # BUILD_DIR: where fairseq-cpp-train is (default: build/).
-# DATA_DIR: a Multi30k en-de data-bin. The default is data-bin/multi30k.en-de (examples/multi30k/README.md,
-#   step 2), or ../shared/fixtures/fairseq-v0.9/data-bin when that directory does not exist.
+# DATA_DIR: a Multi30k en-de data-bin. The default is $FSQ_DATA, else data-bin/multi30k.en-de
+#   (examples/multi30k/README.md, step 2); without either, the script stops and says so.
 # Further arguments go to fairseq-cpp-train after the job's own, so they win ("" keeps a default):
 #   examples/distributed/spawn.sh "" "" --dry-run-distributed     # print the resolved topology, exit
 #   examples/distributed/spawn.sh "" "" --max-update 50 --log-all-ranks

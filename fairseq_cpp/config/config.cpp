@@ -476,6 +476,9 @@ Config load_config(const std::string& path, const std::vector<Assignment>& assig
   Problems problems;
   if (!path.empty()) apply_file(path, sections, problems);
   for (const auto& a : assignments) apply_assignment(a, sections, problems);
+  // fairseq's default for the scheduler chosen, resolved here so that --dump-config and the saved config show it.
+  if (!cfg.lr_scheduler.warmup_updates)
+    cfg.lr_scheduler.warmup_updates = default_warmup_updates(cfg.lr_scheduler._name);
   check_refusals(sections, problems);
   check_consistency(cfg, problems);
   GenerationConfig bleu_generation;
@@ -553,6 +556,7 @@ std::string key_for_flag(const std::string& flag, bool* is_switch, bool* is_list
         std::replace(alias_flag.begin(), alias_flag.end(), '_', '-');
         match = match || (alias.front() != '_' && alias_flag == flag);
       }
+      match = match || std::find(f.flag_spellings.begin(), f.flag_spellings.end(), flag) != f.flag_spellings.end();
       if (!match) continue;
       if (bare != nullptr) *bare = f.bare;
       if (is_switch != nullptr)

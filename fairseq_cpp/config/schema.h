@@ -33,6 +33,7 @@ struct Field {
   std::vector<std::string> choices;           // allowed strings (every element of a string list); empty = any
   std::vector<std::string> aliases;           // other accepted spellings (e.g. fairseq's older names)
   std::string flag;                           // command-line flag without dashes; empty = the name with '_' -> '-'
+  std::vector<std::string> flag_spellings;    // further flags taken as written, e.g. torch launchers' "local_rank"
   std::optional<std::string> bare;            // the value of the flag given alone (argparse's nargs='?' const)
   std::string refusal;                        // not implemented yet: any value but the default is an error, why
   std::string no_effect;                      // accepted, and every value behaves alike here: why
@@ -62,6 +63,12 @@ struct Field {
   }
   Field& with_flag(std::string name) {
     flag = std::move(name);
+    return *this;
+  }
+  // A further flag taken exactly as written: `--local_rank=N`, as fairseq's argparse alias and
+  // torch.distributed.launch spell it (aliases are otherwise flags with dashes only).
+  Field& also_flag(std::string name) {
+    flag_spellings.push_back(std::move(name));
     return *this;
   }
   // `--remove-bpe` alone means "@@ ", as fairseq's `nargs='?', const='@@ '`.

@@ -65,7 +65,10 @@ void describe(DistributedTrainingConfig& c, Section& s) {
   s.add("distributed_init_method", &c.distributed_init_method,
         "rendezvous address, e.g. tcp://host:port (empty = inferred)");
   s.add("distributed_port", &c.distributed_port, "rendezvous TCP port (-1 = not set)").at_least(-1);
-  s.add("device_id", &c.device_id, "CUDA device index of this process").at_least(0).alias("local_rank");
+  s.add("device_id", &c.device_id, "CUDA device index of this process")
+      .at_least(0)
+      .alias("local_rank")
+      .also_flag("local_rank");
   s.add("distributed_no_spawn", &c.distributed_no_spawn, "do not spawn local processes");
   s.add("bucket_cap_mb", &c.bucket_cap_mb, "gradient all-reduce bucket size in MiB").greater_than(0);
   s.add("timeout", &c.timeout, "collective and rendezvous timeout in seconds").greater_than(0);
@@ -202,7 +205,9 @@ void describe(LrSchedulerConfig& c, Section& s) {
   s.add("_name", &c._name, "learning rate scheduler")
       .one_of({"fixed", "inverse_sqrt", "polynomial_decay", "cosine", "reduce_lr_on_plateau"})
       .with_flag("lr-scheduler");
-  s.add("warmup_updates", &c.warmup_updates, "warm up the lr linearly for N updates (inverse_sqrt needs > 0)")
+  s.add("warmup_updates", &c.warmup_updates,
+        "warm up the lr linearly for N updates (inverse_sqrt needs > 0; null = fairseq's default: 4000 for "
+        "inverse_sqrt, 0 for the others)")
       .at_least(0);
   s.add("warmup_init_lr", &c.warmup_init_lr, "initial lr during warm-up (< 0 = 0, or min_lr for cosine)");
   s.add("end_learning_rate", &c.end_learning_rate, "polynomial_decay: learning rate to decay to").at_least(0);
@@ -218,6 +223,8 @@ void describe(LrSchedulerConfig& c, Section& s) {
   s.add("lr_period_updates", &c.lr_period_updates,
         "cosine: updates in the first period (<= 0 = max_update - warmup_updates)");
 }
+
+int64_t default_warmup_updates(const std::string& name) { return name == "inverse_sqrt" ? 4000 : 0; }
 
 void describe(OptimizationConfig& c, Section& s) {
   s.add("max_epoch", &c.max_epoch, "force stop training at this epoch (0 = no limit)").at_least(0);
@@ -289,6 +296,9 @@ void describe(GenerationConfig& c, Section& s) {
         "run the linear layers with int8 weights (per output channel) and int8 activations (per row, "
         "quantized at each call): none or int8 (CPU with AVX-512 VNNI)")
       .one_of({"none", "int8"});
+  s.add("retain_dropout", &c.retain_dropout,
+        "keep dropout active at inference, as in training (the model's dropout probabilities; outputs vary with "
+        "common.seed)");
 }
 
 void describe(PreprocessConfig& c, Section& s) {
@@ -464,11 +474,10 @@ void check_training(const Config& cfg, std::vector<std::string>& errors) {
         "(use label_smoothed_cross_entropy), but is " +
         str(cfg.criterion.label_smoothing) + " instead.");
   }
-  if (cfg.lr_scheduler._name == "inverse_sqrt" && cfg.lr_scheduler.warmup_updates <= 0) {
+  if (cfg.lr_scheduler._name == "inverse_sqrt" && cfg.lr_scheduler.warmup_updates == 0) {
     errors.push_back(
         "`lr_scheduler.warmup_updates` must be greater than 0 for `lr_scheduler._name` "
-        "inverse_sqrt, but is " +
-        str(cfg.lr_scheduler.warmup_updates) + " instead.");
+        "inverse_sqrt (leave it out for fairseq's 4000), but is 0 instead.");
   }
   const std::vector<double>& betas = cfg.optimizer.adam_betas;
   if (betas.size() != 2) {
@@ -546,7 +555,16 @@ void check_average(const Config& cfg, std::vector<std::string>& errors) {
 
 }  // namespace
 
+// A preset's `task.data` placeholder, "<what to put here>", left in place.
+void check_placeholder(const Config& cfg, std::vector<std::string>& errors) {
+  const std::string& data = cfg.task.data;
+  if (data.size() < 2 || data.front() != '<' || data.back() != '>') return;
+  errors.push_back("`task.data` must be a data-bin directory, but is the preset's placeholder " + data +
+                   " instead; put that there: task.data=DIR, --data DIR, or DIR after the config file.");
+}
+
 void check_consistency(const Config& cfg, std::vector<std::string>& errors) {
+  check_placeholder(cfg, errors);
   check_training(cfg, errors);
   check_generation(cfg, errors);
   if (cfg.optimization.lr.empty()) {

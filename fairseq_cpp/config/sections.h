@@ -179,7 +179,8 @@ void describe(OptimizerConfig& c, Section& s);
 // `optimization.lr`.
 struct LrSchedulerConfig {
   std::string _name = "fixed";     // fixed | inverse_sqrt | polynomial_decay | cosine | reduce_lr_on_plateau
-  int64_t warmup_updates = 0;      // linear warm-up updates; 0 = none (inverse_sqrt needs > 0, e.g. 4000)
+  std::optional<int64_t> warmup_updates;  // linear warm-up updates; 0 = none (inverse_sqrt needs > 0); unset =
+                                          // fairseq's default: 4000 for inverse_sqrt, 0 for the others
   double warmup_init_lr = -1.0;    // warm-up start lr; < 0 = 0 with warm-up, else lr (cosine: min_lr)
   double end_learning_rate = 0.0;  // polynomial_decay: final lr
   double power = 1.0;              // polynomial_decay: decay exponent
@@ -193,6 +194,8 @@ struct LrSchedulerConfig {
   int64_t lr_period_updates = -1;  // cosine: updates in the first period; <= 0 = max_update - warmup_updates
 };
 void describe(LrSchedulerConfig& c, Section& s);
+// fairseq's `warmup_updates` default for scheduler `name`: 4000 for inverse_sqrt, 0 for the others.
+int64_t default_warmup_updates(const std::string& name);
 
 // `optimization`: stopping rules, gradient handling, learning rate.
 struct OptimizationConfig {
@@ -261,6 +264,8 @@ struct GenerationConfig {
   // linear layers' weights at inference: none (float32) | int8 (per output channel, activations
   // quantized per row at each call; CPU with AVX-512 VNNI)
   std::string quantize = "none";
+  // keep dropout active at inference (fairseq's --retain-dropout): outputs then vary with the seed
+  bool retain_dropout = false;
 };
 // replace_unk's value for `--replace-unk` alone: copy the aligned source word.
 inline constexpr const char* kCopySourceWord = "copy";

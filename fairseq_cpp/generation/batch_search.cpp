@@ -160,7 +160,8 @@ void search_batches(const SequenceGenerator& generator, models::EncoderDecoderMo
                     const std::vector<SearchBatch>& batches, int workers,
                     const std::function<void(size_t, Hypotheses&&)>& done) {
   if (batches.empty()) return;
-  model.eval();  // before any worker starts: generate() then only reads the mode
+  // before any worker starts: generate() then only reads the mode
+  model.train(generator.options().retain_dropout);
   std::vector<Part> parts;
   for (size_t i = 0; i < batches.size(); ++i) {
     const int64_t rows = batches[i].src_tokens.size(0);

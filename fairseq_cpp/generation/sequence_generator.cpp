@@ -104,6 +104,7 @@ GeneratorOptions generator_options(const config::GenerationConfig& g, uint64_t s
   o.diverse_beam_strength = g.diverse_beam_strength;
   o.seed = seed;
   o.need_attn = !g.print_alignment.empty() || !g.replace_unk.empty();
+  o.retain_dropout = g.retain_dropout;
   return o;
 }
 
@@ -415,7 +416,7 @@ std::vector<std::vector<Hypothesis>> SequenceGenerator::generate(models::Encoder
                                                                  const at::Tensor& prefix_tokens) const {
   c10::InferenceMode inference;
   nn::PackedLinearScope packed_weights;  // CPU: each weight packed once for the step GEMMs
-  if (model.is_training()) model.eval();
+  if (model.is_training() && !options_.retain_dropout) model.eval();
   const int64_t beam = options_.beam;
   Search s = start(model, src_tokens, src_lengths, prefix_tokens);
   for (int64_t step = 0; step <= s.max_len; ++step) {  // one extra step for </s>

@@ -38,6 +38,7 @@ struct GeneratorOptions {
   double diverse_beam_strength = 0.5;  // subtracted per earlier group's candidate with the same word at a step
   uint64_t seed = 1;                   // sampling's random stream
   bool need_attn = false;              // keep each hypothesis' attention and hard alignment (--print-alignment)
+  bool retain_dropout = false;         // leave the model in training mode: dropout stays active (--retain-dropout)
 };
 
 // The generation keys of the config as the generator's options.

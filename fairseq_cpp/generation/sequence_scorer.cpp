@@ -6,9 +6,9 @@ namespace fairseq_cpp::generation {
 
 Hypotheses score_references(models::EncoderDecoderModel& model, const at::Tensor& src_tokens,
                             const at::Tensor& src_lengths, const at::Tensor& prev_output_tokens,
-                            const at::Tensor& target, int64_t pad) {
+                            const at::Tensor& target, int64_t pad, bool retain_dropout) {
   torch::NoGradGuard no_grad;
-  if (model.is_training()) model.eval();
+  model.train(retain_dropout);
   at::Tensor lprobs = models::EncoderDecoderModel::log_probs(model.forward(src_tokens, src_lengths, prev_output_tokens));
   at::Tensor tokens = target.to(at::kCPU).contiguous();
   at::Tensor scores =

@@ -17,9 +17,10 @@ namespace fairseq_cpp::generation {
 
 // `target` (B, T) holds the references padded with `pad`, `prev_output_tokens` (B, T) the same
 // shifted right as collated; the tensors are on the model's device. Runs without autograd, with
-// the model in eval mode.
+// the model in eval mode, or in training mode with `retain_dropout` (dropout active, as fairseq's
+// --retain-dropout).
 Hypotheses score_references(models::EncoderDecoderModel& model, const at::Tensor& src_tokens,
                             const at::Tensor& src_lengths, const at::Tensor& prev_output_tokens,
-                            const at::Tensor& target, int64_t pad);
+                            const at::Tensor& target, int64_t pad, bool retain_dropout = false);
 
 }  // namespace fairseq_cpp::generation

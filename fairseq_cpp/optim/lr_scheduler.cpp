@@ -214,7 +214,7 @@ LrSchedulerOptions lr_scheduler_options(const config::LrSchedulerConfig& s, cons
   LrSchedulerOptions o;
   o.name = s._name;
   o.lr = opt.lr;
-  o.warmup_updates = s.warmup_updates;
+  o.warmup_updates = s.warmup_updates.value_or(config::default_warmup_updates(s._name));
   o.warmup_init_lr = s.warmup_init_lr;
   o.end_learning_rate = s.end_learning_rate;
   o.power = s.power;

@@ -106,6 +106,11 @@ generation::SequenceGenerator make_generator(const config::Config& cfg, const Tr
   if (t.models > 1 && g.temperature != 1.0)
     raise<UserError>("--temperature {} with an ensemble of {} models is not supported yet; use one model, or "
                      "temperature 1", g.temperature, t.models);
+  if (g.retain_dropout) {
+    // The dropout masks come from LibTorch's default generator: seeded as training seeds it.
+    torch::manual_seed(static_cast<uint64_t>(cfg.common.seed));
+    log::info("generate", "--retain-dropout: dropout stays active at inference (seed {})", cfg.common.seed);
+  }
   return generation::SequenceGenerator(generation::generator_options(g, static_cast<uint64_t>(cfg.common.seed)),
                                        {tgt_dict.pad(), tgt_dict.eos(), tgt_dict.unk(), tgt_dict.size()});
 }
@@ -303,12 +308,13 @@ Window collate_window(const config::Config& cfg, const Translation& t, const dat
 }
 
 // --score-reference: the references' scores instead of a search.
-void score_window(const Translation& t, const Window& w, const std::function<void(size_t, generation::Hypotheses&&)>& done) {
+void score_window(const Translation& t, const Window& w, bool retain_dropout,
+                  const std::function<void(size_t, generation::Hypotheses&&)>& done) {
   for (size_t b = 0; b < w.collated.size(); ++b) {
     const data::Batch& batch = w.collated[b];
     done(b, generation::score_references(*t.model, w.inputs[b].src_tokens, w.inputs[b].src_lengths,
                                          batch.prev_output_tokens.to(t.device), batch.target.to(t.device),
-                                         t.tgt_dict.pad()));
+                                         t.tgt_dict.pad(), retain_dropout));
   }
 }
 
@@ -486,7 +492,7 @@ int generate_main(const Invocation& inv) {
     // Each batch's results are printed on this thread, in batch order, while the workers search on.
     auto print = [&](size_t b, generation::Hypotheses&& hypos) { report.batch(w.collated[b], w.indices[b], std::move(hypos)); };
     if (cfg.generation.score_reference) {
-      score_window(t, w, print);
+      score_window(t, w, cfg.generation.retain_dropout, print);
     } else {
       generation::search_batches(generator, *t.model, w.inputs, t.device.is_cpu() ? threads : 1, print);
     }

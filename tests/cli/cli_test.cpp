@@ -1,6 +1,7 @@
 // The programs as a user runs them: --help, --dump-config, bad configs and their exit codes.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <filesystem>
 
 #include "fairseq_cpp/config/config.h"
@@ -103,6 +104,23 @@ TEST(Cli, MissingConfigFile) {
   auto r = run({program("fairseq-cpp-train"), "/nonexistent/train.yaml"});
   EXPECT_EQ(r.exit_code, 2);
   EXPECT_EQ(r.err, "fairseq-cpp-train: error: config file `/nonexistent/train.yaml` does not exist.\n");
+}
+
+TEST(Cli, TrainingOnAPresetsPlaceholderDataIsAUserError) {
+  const std::string preset = testing::source_dir() + "/configs/multi30k_transformer_small.yaml";
+  auto r = run({program("fairseq-cpp-train"), preset, "--max-update", "1"});
+  EXPECT_EQ(r.exit_code, 2) << r.err;
+  EXPECT_NE(r.err.find("fairseq-cpp-train: error: `task.data` must be a data-bin directory, but is the preset's "
+                       "placeholder <a Multi30k en-de data-bin"),
+            std::string::npos)
+      << r.err;
+  EXPECT_EQ(std::count(r.err.begin(), r.err.end(), '\n'), 1) << r.err;
+  // Replaced on the command line, by key or as the bare argument after the config file.
+  for (const std::string& data : {std::string("task.data=/nonexistent/bin"), std::string("/nonexistent/bin")}) {
+    r = run({program("fairseq-cpp-train"), preset, data, "--dump-config"});
+    EXPECT_EQ(r.exit_code, 0) << r.err;
+    EXPECT_NE(r.out.find("  data: /nonexistent/bin\n"), std::string::npos) << r.out;
+  }
 }
 
 TEST(Cli, BadOverridesAndFlags) {

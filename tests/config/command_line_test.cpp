@@ -83,6 +83,24 @@ TEST(CommandLine, AliasesAreFlagsToo) {
   EXPECT_EQ(cl.assignments[1].key, "dataset.batch_size");
 }
 
+TEST(CommandLine, LocalRankAsTorchLaunchersPassIt) {
+  // torch.distributed.launch passes `--local_rank=N` (PyTorch < 2.0) or `--local-rank=N`; fairseq's
+  // argparse alias is `--local_rank`. Every spelling sets distributed_training.device_id.
+  for (const std::vector<std::string>& args : std::vector<std::vector<std::string>>{{"--local_rank=3"},
+                                                                                    {"--local_rank", "3"},
+                                                                                    {"--local-rank=3"},
+                                                                                    {"--local-rank", "3"},
+                                                                                    {"--device-id", "3"}}) {
+    auto cl = parse_command_line(spec_with(), args);
+    ASSERT_EQ(cl.assignments.size(), 1u) << args[0];
+    EXPECT_EQ(cl.assignments[0].key, "distributed_training.device_id") << args[0];
+    EXPECT_EQ(load_config("", cl.assignments).distributed_training.device_id, 3) << args[0];
+  }
+  // Only the spelling that launchers use: other keys keep their dashed flags.
+  EXPECT_FALSE(problems_of(spec_with(), {"--max_tokens", "9"}).empty());
+  EXPECT_FALSE(problems_of(spec_with(), {"--device_id", "3"}).empty());
+}
+
 TEST(CommandLine, SwitchesPositionalAndSubcommand) {
   auto cl = parse_command_line(spec_with("task.data", {{"validate", ""}, {"score", ""}}),
                                {"validate", "data-bin/multi30k", "--dry-run-distributed", "--path", "ckpt.pt"});
@@ -122,8 +140,9 @@ TEST(CommandLine, AMisspeltSwitchLeavesTheNextArgumentAlone) {
   // `--no-progres-bar` means the switch `--no-progress-bar`, which takes no value: `stray` is blamed.
   auto problems = problems_of(spec_with(), {"--no-progres-bar", "stray"});
   ASSERT_EQ(problems.size(), 2u);
-  EXPECT_EQ(problems[0], "argument 1 `--no-progres-bar`: `--no-progres-bar` is not a flag; did you mean "
-                         "`--no-progress-bar`?");
+  EXPECT_EQ(problems[0],
+            "argument 1 `--no-progres-bar`: `--no-progres-bar` is not a flag; did you mean "
+            "`--no-progress-bar`?");
   EXPECT_EQ(problems[1], "argument 2 `stray`: unexpected argument; expected prog [CONFIG.yaml].");
   // A flag with no near name says nothing of the next argument's meaning either.
   auto far = problems_of(spec_with(), {"--zzzzzzzzzzzz", "5"});

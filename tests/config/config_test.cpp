@@ -75,7 +75,7 @@ model:
   EXPECT_EQ(cfg.optimization.max_update, 952);
   EXPECT_EQ(cfg.optimizer._name, "adam");
   EXPECT_EQ(cfg.optimizer.adam_betas, (std::vector<double>{0.9, 0.98}));
-  EXPECT_EQ(cfg.lr_scheduler.warmup_updates, 400);
+  EXPECT_EQ(cfg.lr_scheduler.warmup_updates.value_or(-1), 400);
   EXPECT_DOUBLE_EQ(cfg.criterion.label_smoothing, 0.1);
   EXPECT_EQ(cfg.model.arch, "transformer_iwslt_de_en");
   EXPECT_EQ(cfg.model.dropout, 0.1);
@@ -240,8 +240,10 @@ bogus:
 }
 
 TEST(Config, CrossKeyRulesAreChecked) {
-  auto problems = problems_of(
-      "", {{"lr_scheduler._name", "inverse_sqrt", "x"}, {"common.fp16", "true", "x"}, {"common.bf16", "true", "x"}});
+  auto problems = problems_of("", {{"lr_scheduler._name", "inverse_sqrt", "x"},
+                                   {"lr_scheduler.warmup_updates", "0", "x"},
+                                   {"common.fp16", "true", "x"},
+                                   {"common.bf16", "true", "x"}});
   ASSERT_EQ(problems.size(), 2u);
   EXPECT_NE(problems[0].find("`common.bf16` must be false when `common.fp16` is true"), std::string::npos);
   EXPECT_NE(problems[1].find("`lr_scheduler.warmup_updates` must be greater than 0"), std::string::npos);
@@ -254,6 +256,22 @@ TEST(Config, CrossKeyRulesAreChecked) {
   ASSERT_EQ(problems.size(), 1u);
   EXPECT_NE(problems[0].find("`common.fp16_fallback` must be one of"), std::string::npos) << problems[0];
   EXPECT_TRUE(problems_of("", {{"common.fp16", "true", "x"}, {"common.fp16_fallback", "fp32", "x"}}).empty());
+}
+
+TEST(Config, WarmupUpdatesDefaultsAreFairseqsPerScheduler) {
+  // fairseq: inverse_sqrt warms up for 4000 updates unless told otherwise; the other schedulers not at all.
+  Config cfg = load_config("", {{"lr_scheduler._name", "inverse_sqrt", "x"}});
+  EXPECT_EQ(cfg.lr_scheduler.warmup_updates.value_or(-1), 4000);
+  EXPECT_NE(dump_config(cfg).find("warmup_updates: 4000"), std::string::npos);
+  for (const char* name : {"fixed", "polynomial_decay", "cosine", "reduce_lr_on_plateau"})
+    EXPECT_EQ(load_config("", {{"lr_scheduler._name", name, "x"}}).lr_scheduler.warmup_updates.value_or(-1), 0) << name;
+  // A value given stands, whichever scheduler; the order of keys does not matter.
+  cfg = load_config("", {{"lr_scheduler.warmup_updates", "7", "x"}, {"lr_scheduler._name", "inverse_sqrt", "x"}});
+  EXPECT_EQ(cfg.lr_scheduler.warmup_updates.value_or(-1), 7);
+  EXPECT_EQ(load_config("", {{"lr_scheduler.warmup_updates", "7", "x"}}).lr_scheduler.warmup_updates.value_or(-1), 7);
+  // A config built in code leaves it unset: the scheduler's options take fairseq's default too.
+  EXPECT_EQ(default_warmup_updates("inverse_sqrt"), 4000);
+  EXPECT_EQ(default_warmup_updates("cosine"), 0);
 }
 
 TEST(Config, InvalidYamlInAnAssignment) {
@@ -304,6 +322,21 @@ TEST(Config, NearestUsesEditDistance) {
   EXPECT_EQ(nearest("lr", {"lr_scheduler", "seed"}), "");
 }
 
+TEST(Config, PresetPlaceholderForTaskDataIsAUserErrorThatSaysWhatToPutThere) {
+  const std::string preset = testing::source_dir() + "/configs/multi30k_transformer_small.yaml";
+  auto problems = problems_of(preset, {});
+  ASSERT_EQ(problems.size(), 1u);
+  EXPECT_NE(problems[0].find("`task.data` must be a data-bin directory, but is the preset's placeholder <"),
+            std::string::npos)
+      << problems[0];
+  EXPECT_NE(problems[0].find("data-bin/multi30k.en-de"), std::string::npos) << problems[0];
+  EXPECT_NE(problems[0].find("task.data=DIR"), std::string::npos) << problems[0];
+  EXPECT_EQ(load_config(preset, {{"task.data", "data-bin/multi30k.en-de", "x"}}).task.data, "data-bin/multi30k.en-de");
+  // Angle brackets are a placeholder only around the whole value.
+  EXPECT_TRUE(problems_of("", {{"task.data", "data-bin/<x>/y", "x"}}).empty());
+  EXPECT_EQ(problems_of("", {{"task.data", "<DATA_BIN>", "x"}}).size(), 1u);
+}
+
 }  // namespace
 }  // namespace fairseq_cpp::config
 
@@ -315,7 +348,8 @@ TEST(Config, ShippedConfigsLoad) {
   int n = 0;
   for (const auto& entry : std::filesystem::directory_iterator(testing::source_dir() + "/configs")) {
     if (entry.path().extension() != ".yaml") continue;
-    EXPECT_NO_THROW(load_config(entry.path().string())) << entry.path();
+    // task.data as a user gives it where a preset holds a placeholder.
+    EXPECT_NO_THROW(load_config(entry.path().string(), {{"task.data", "data-bin/x", "test"}})) << entry.path();
     ++n;
   }
   EXPECT_GE(n, 3);

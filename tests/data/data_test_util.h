@@ -10,14 +10,14 @@
 
 namespace fairseq_cpp::testing {
 
-// ../shared/fixtures/fairseq-v0.9 (the test FAILS when it is missing).
+// shared_dir()/fixtures/fairseq-v0.9 (the test FAILS when it is missing).
 inline std::string fixture_dir() {
-  std::string dir = source_dir() + "/../shared/fixtures/fairseq-v0.9";
+  std::string dir = shared_dir() + "/fixtures/fairseq-v0.9";
   EXPECT_TRUE(std::filesystem::is_directory(dir)) << "missing fixture directory " << dir;
   return dir;
 }
 inline std::string multi30k_dir() {
-  std::string dir = source_dir() + "/../shared/data/multi30k";
+  std::string dir = shared_dir() + "/data/multi30k";
   EXPECT_TRUE(std::filesystem::is_directory(dir)) << "missing data directory " << dir;
   return dir;
 }

@@ -130,9 +130,9 @@ class QuantizedGenerate : public testing::ImportedFairseqCheckpoint {
   std::string ref_path() {
     const std::string ref = tmp_.path() + "/test_2016_flickr.de";
     if (!std::filesystem::exists(ref)) {
-      auto gz = testing::run({"/bin/sh", "-c",
-                              "gzip -dc '" + testing::source_dir() +
-                                  "/../shared/data/multi30k/test_2016_flickr.de.gz' > '" + ref + "'"});
+      auto gz = testing::run(
+          {"/bin/sh", "-c",
+           "gzip -dc '" + testing::shared_dir() + "/data/multi30k/test_2016_flickr.de.gz' > '" + ref + "'"});
       EXPECT_EQ(gz.exit_code, 0) << "cannot gunzip the Multi30k test references";
     }
     return ref;

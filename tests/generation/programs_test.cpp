@@ -19,8 +19,6 @@ namespace fairseq_cpp {
 namespace {
 namespace fs = std::filesystem;
 
-std::string shared_dir() { return testing::source_dir() + "/../shared"; }
-
 int count_lines(const std::string& text, const std::string& prefix) {
   int n = 0;
   std::istringstream in(text);
@@ -35,7 +33,8 @@ class ScoreProgram : public ::testing::Test {
     dir_ = new testing::TempDir();
     ref_ = dir_->path() + "/test_2016_flickr.de";
     auto r = testing::run(
-        {"/bin/sh", "-c", "gzip -dc '" + shared_dir() + "/data/multi30k/test_2016_flickr.de.gz' > '" + ref_ + "'"});
+        {"/bin/sh", "-c",
+         "gzip -dc '" + testing::shared_dir() + "/data/multi30k/test_2016_flickr.de.gz' > '" + ref_ + "'"});
     gunzip_status_ = r.exit_code;
   }
   static void TearDownTestSuite() {
@@ -581,6 +580,64 @@ TEST_F(ImportedFixture, QuantizeOptionIsCheckedAndInteractiveRunsInt8) {
   ASSERT_EQ(r.exit_code, 0) << r.err;
   EXPECT_NE(r.err.find("--quantize int8: "), std::string::npos) << r.err;
   EXPECT_NE(r.out.find("\tZwei Jungen spielen Fußball.\n"), std::string::npos) << r.out;
+}
+
+// The H-, D- and P- lines of a run, sorted (the log's timings and the order of batches left out).
+std::string hypothesis_lines(const std::string& out) {
+  std::vector<std::string> kept;
+  std::istringstream in(out);
+  for (std::string line; std::getline(in, line);)
+    if (line.rfind("H-", 0) == 0 || line.rfind("D-", 0) == 0 || line.rfind("P-", 0) == 0) kept.push_back(line);
+  std::sort(kept.begin(), kept.end());
+  std::string joined;
+  for (const auto& line : kept) joined += line + "\n";
+  return joined;
+}
+
+// fairseq's --retain-dropout: dropout stays active at inference, so the seed changes the scores and
+// outputs; without it the seed changes nothing (beam search and scoring draw no random numbers).
+TEST_F(ImportedFixture, RetainDropoutKeepsDropoutActiveAtInference) {
+  auto generate = [&](const std::string& seed, const std::vector<std::string>& flags, int sentences) {
+    std::vector<std::string> argv{testing::program("fairseq-cpp-generate"),
+                                  testing::fixture_path("data-bin"),
+                                  "--path",
+                                  imported_,
+                                  "--seed",
+                                  seed};
+    argv.insert(argv.end(), flags.begin(), flags.end());
+    auto r = testing::run(argv);
+    EXPECT_EQ(r.exit_code, 0) << r.err;
+    EXPECT_EQ(count_lines(r.out, "H-"), sentences) << r.out;
+    return hypothesis_lines(r.out);
+  };
+  // generate's seed also orders the batches, and with it which sentences a shard holds (and
+  // the padding of each): a shard under one seed, searched and teacher-forced (--score-reference).
+  for (const std::string& mode : {"--beam", "--score-reference"}) {
+    std::vector<std::string> flags{"--batch-size", "5", "--num-shards", "100", "--beam", "2"};
+    if (mode == "--score-reference") flags.push_back(mode);
+    std::vector<std::string> retain = flags;
+    retain.push_back("--retain-dropout");
+    const std::string plain = generate("1", flags, 10);
+    EXPECT_EQ(generate("1", flags, 10), plain) << mode;
+    EXPECT_NE(generate("1", retain, 10), plain) << mode;
+  }
+  const std::string input = "Two boys play soccer against each other.\nA dog runs through the snow.\n";
+  auto interactive = [&](const std::string& seed, const std::vector<std::string>& flags) {
+    std::vector<std::string> argv = interactive_with({"--beam", "2", "--seed", seed});
+    argv.insert(argv.end(), flags.begin(), flags.end());
+    auto r = testing::run(argv, {}, input);
+    EXPECT_EQ(r.exit_code, 0) << r.err;
+    EXPECT_EQ(count_lines(r.out, "H-"), 2) << r.out;
+    return hypothesis_lines(r.out);
+  };
+  EXPECT_EQ(interactive("1", {}), interactive("2", {}));
+  EXPECT_NE(interactive("1", {"--retain-dropout"}), interactive("2", {"--retain-dropout"}));
+
+  for (const char* program : {"fairseq-cpp-generate", "fairseq-cpp-interactive"}) {
+    auto help = testing::run({testing::program(program), "--help"});
+    EXPECT_EQ(help.exit_code, 0) << help.err;
+    EXPECT_NE(help.out.find("generation.retain_dropout (--retain-dropout)"), std::string::npos) << program;
+  }
 }
 
 }  // namespace

@@ -20,7 +20,7 @@ namespace {
 namespace fs = std::filesystem;
 
 std::string fixture_dir() {
-  std::string dir = testing::source_dir() + "/../shared/fixtures/fairseq-v0.9";
+  std::string dir = testing::shared_dir() + "/fixtures/fairseq-v0.9";
   if (!fs::exists(dir + "/checkpoint_best.pt")) {
     ADD_FAILURE() << "fixture missing: " << dir << "/checkpoint_best.pt (see the project's shared data)";
   }

@@ -198,6 +198,21 @@ TEST(LrScheduler, InverseSqrtWarmsUpLinearlyThenDecays) {
   EXPECT_THROW(build_lr_scheduler(o), UserError);
 }
 
+TEST(LrScheduler, InverseSqrtWithoutWarmupUpdatesWarmsUpForFairseqs4000) {
+  // A config that leaves `warmup_updates` unset (fairseq's `--lr-scheduler inverse_sqrt` alone).
+  config::LrSchedulerConfig scheduler;
+  scheduler._name = "inverse_sqrt";
+  config::OptimizationConfig optimization;
+  optimization.lr = {5e-4};
+  auto o = lr_scheduler_options(scheduler, optimization, config::CheckpointConfig{});
+  EXPECT_EQ(o.warmup_updates, 4000);
+  auto s = build_lr_scheduler(o);
+  EXPECT_NEAR(s->step_update(2000), 2.5e-4, 1e-15);
+  EXPECT_NEAR(s->step_update(16000), 5e-4 * std::sqrt(4000.0 / 16000.0), 1e-15);
+  scheduler._name = "polynomial_decay";  // the others: no warm-up, as fairseq's
+  EXPECT_EQ(lr_scheduler_options(scheduler, optimization, config::CheckpointConfig{}).warmup_updates, 0);
+}
+
 TEST(LrScheduler, FixedUsesThePerEpochListWarmUpAndForcedAnnealing) {
   auto o = schedule("fixed", {1.0, 0.5, 0.25});
   auto s = build_lr_scheduler(o);

@@ -46,7 +46,7 @@ TEST(SacremosesPackage, DetokenizerEqualsThePackage) {
   const char* seed_env = std::getenv("FSQ_SACREMOSES_SEED");
   const std::string seed = seed_env != nullptr && *seed_env != '\0' ? seed_env : "20261124";
   TempDir dir;
-  const std::string multi30k = source_dir() + "/../shared/data/multi30k";
+  const std::string multi30k = shared_dir() + "/data/multi30k";
   auto gen = run({FSQ_SACREBLEU_PYTHON, source_dir() + "/tests/scoring/sacremoses_cases.py", multi30k, seed,
                   dir.path() + "/cases.tsv"});
   ASSERT_EQ(gen.exit_code, 0) << gen.err;

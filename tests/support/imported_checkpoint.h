@@ -16,7 +16,7 @@ namespace fairseq_cpp::testing {
 
 // A file of the fixture; the test fails (it is not skipped) when the shared data is missing.
 inline std::string fixture_path(const std::string& name) {
-  std::string path = source_dir() + "/../shared/fixtures/fairseq-v0.9/" + name;
+  std::string path = shared_dir() + "/fixtures/fairseq-v0.9/" + name;
   if (!std::filesystem::exists(path))
     ADD_FAILURE() << "fixture missing: " << path << " (see the project's shared data)";
   return path;

@@ -141,6 +141,11 @@ static std::string env_or(const char* name, const char* built_in) {
 std::string program(const std::string& name) { return env_or("FSQ_BIN_DIR", FSQ_BIN_DIR) + "/" + name; }
 std::string source_dir() { return env_or("FSQ_SOURCE_DIR", FSQ_SOURCE_DIR); }
 
+std::string shared_dir() {
+  const char* v = std::getenv("FSQ_SHARED");
+  return v != nullptr && *v != '\0' ? std::string(v) : source_dir() + "/../shared";
+}
+
 std::string python_executable() { return env_or("FSQ_PYTHON", FSQ_PYTHON); }
 
 RunResult run_tool(const std::string& name, const std::vector<std::string>& args) {

@@ -62,6 +62,9 @@ class BackgroundProcess {
 std::string program(const std::string& name);
 // The source tree's root ($FSQ_SOURCE_DIR, else the one built from).
 std::string source_dir();
+// The project's shared test data (fixtures/fairseq-v0.9, data/multi30k): $FSQ_SHARED, else the
+// directory `shared` beside the source tree. The one place that the tests name it.
+std::string shared_dir();
 // The Python with torch that references and tools run under ($FSQ_PYTHON, else the build's: Debian's
 // /usr/bin/python3 in the default lane, the virtual environment's in the wheel lane).
 std::string python_executable();

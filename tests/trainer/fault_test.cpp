@@ -46,18 +46,17 @@ class Faults : public TrainingFixture {
   // per worker) with dropout, moved to Multi30k en-de, then `more` overrides.
   std::vector<std::string> multi30k(const std::string& save_dir, int world, const std::string& extra_checkpoint,
                                     const std::vector<std::string>& more = {}) {
-    std::vector<std::string> argv{
-        program("fairseq-cpp-train"),
-        config(save_dir, world, 1, 100000, extra_checkpoint, 0.1),
-        "task.data=" + source_dir() + "/../shared/fixtures/fairseq-v0.9/data-bin",
-        "task.source_lang=en",
-        "task.target_lang=de",
-        "model.share_all_embeddings=false",
-        "model.share_decoder_input_output_embed=true",
-        "dataset.max_tokens=600",
-        "dataset.disable_validation=true",
-        "common.log_interval=10",
-        fmt::format("distributed_training.timeout={}", kTimeout)};
+    std::vector<std::string> argv{program("fairseq-cpp-train"),
+                                  config(save_dir, world, 1, 100000, extra_checkpoint, 0.1),
+                                  "task.data=" + shared_dir() + "/fixtures/fairseq-v0.9/data-bin",
+                                  "task.source_lang=en",
+                                  "task.target_lang=de",
+                                  "model.share_all_embeddings=false",
+                                  "model.share_decoder_input_output_embed=true",
+                                  "dataset.max_tokens=600",
+                                  "dataset.disable_validation=true",
+                                  "common.log_interval=10",
+                                  fmt::format("distributed_training.timeout={}", kTimeout)};
     argv.insert(argv.end(), more.begin(), more.end());
     return argv;
   }

@@ -18,7 +18,7 @@ trap 'rm -rf "$work"' EXIT
 
 # max checkpoints, one per update (the first updates of a real run: enough for memory and time).
 "$build/fairseq-cpp-train" "$root/configs/multi30k_transformer_small.yaml" \
-  task.data="$root/../shared/fixtures/fairseq-v0.9/data-bin" checkpoint.save_dir="$work/ckpt" \
+  task.data="${FSQ_SHARED:-$root/../shared}/fixtures/fairseq-v0.9/data-bin" checkpoint.save_dir="$work/ckpt" \
   checkpoint.save_interval_updates=1 dataset.max_tokens=256 dataset.disable_validation=true \
   optimization.max_update="$max" common.cpu_threads=2 2>"$work/train.log" ||
   { tail -5 "$work/train.log" >&2; exit 1; }

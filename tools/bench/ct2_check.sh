@@ -10,7 +10,7 @@ set -euo pipefail
 here="$(cd "$(dirname "$0")/../.." && pwd)"
 build="${1:-$here/build}"
 python="${2:-$here/.venv/bin/python}"
-fixture="$here/../shared/fixtures/fairseq-v0.9"
+fixture="${FSQ_SHARED:-$here/../shared}/fixtures/fairseq-v0.9"
 [[ -f "$fixture/checkpoint_best.pt" ]] || { echo "ct2_check: fixture missing: $fixture/checkpoint_best.pt" >&2; exit 1; }
 "$python" -c 'import ctranslate2' 2>/dev/null ||
   { echo "ct2_check: $python has no ctranslate2 (tools/requirements.txt; tools/setup.sh --torch wheel)" >&2; exit 1; }

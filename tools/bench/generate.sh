@@ -12,7 +12,7 @@ set -euo pipefail
 here="$(cd "$(dirname "$0")/../.." && pwd)"
 build="${1:-$here/build}"
 runs="${2:-3}"
-fixture="$here/../shared/fixtures/fairseq-v0.9"
+fixture="${FSQ_SHARED:-$here/../shared}/fixtures/fairseq-v0.9"
 [[ -f "$fixture/checkpoint_best.pt" ]] || { echo "fixture missing: $fixture/checkpoint_best.pt" >&2; exit 1; }
 tmp="$(mktemp -d)"
 trap 'rm -rf "$tmp"' EXIT
@@ -48,7 +48,7 @@ echo "The same search in one process: one batch at a time (baseline) vs parts on
 # A busy machine hurts CTranslate2 most: its 2 spinning OpenMP threads slowed down 5-10x when another
 # process took a core (measured); the load average before the runs is printed with the table.
 python="$here/.venv/bin/python"
-reference="$here/../shared/data/multi30k/test_2016_flickr.de.gz"
+reference="${FSQ_SHARED:-$here/../shared}/data/multi30k/test_2016_flickr.de.gz"
 echo
 if ! "$python" -c 'import ctranslate2, sacrebleu' 2>/dev/null; then
   echo "CTranslate2 comparison skipped: $python lacks ctranslate2 or sacrebleu (tools/setup.sh --torch wheel)"

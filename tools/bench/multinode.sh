@@ -27,7 +27,7 @@ updates=${UPDATES:-30}
 export FSQ_NETNS_PREFIX=${FSQ_NETNS_PREFIX:-fsqb} FSQ_NETNS_SUBNET=${FSQ_NETNS_SUBNET:-10.213.79}
 h0=${FSQ_NETNS_PREFIX}0 h1=${FSQ_NETNS_PREFIX}1
 hosts="$root/tools/netns/hosts.sh"
-data="$root/../shared/fixtures/fairseq-v0.9/data-bin"
+data="${FSQ_SHARED:-$root/../shared}/fixtures/fairseq-v0.9/data-bin"
 mib=64 iters=10
 work=$(mktemp -d)
 trap '"$hosts" down || true; rm -rf "$work"' EXIT

@@ -17,7 +17,7 @@ root=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
 build=${1:-$root/build}
 updates=${2:-30}
 runs=${3:-3}
-data=${DATA:-$root/../shared/fixtures/fairseq-v0.9/data-bin}  # tools/gpu/run.sh passes its carried copy
+data=${DATA:-${FSQ_SHARED:-$root/../shared}/fixtures/fairseq-v0.9/data-bin}  # tools/gpu/run.sh passes its carried copy
 work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT
 

@@ -19,7 +19,7 @@ python=$root/.venv/bin/python
 work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT
 
-gzip -dc "$root/../shared/data/multi30k/train.de.gz" | sed -n '1,3000p' >"$work/ref.de"
+gzip -dc "${FSQ_SHARED:-$root/../shared}/data/multi30k/train.de.gz" | sed -n '1,3000p' >"$work/ref.de"
 "$python" - "$work" <<'PY'
 import random, sys
 work = sys.argv[1]

@@ -17,7 +17,7 @@ root=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
 build=${1:-$root/build}
 updates=${2:-40}
 wheel_build=${3:-$root/build-wheel}
-data="$root/../shared/fixtures/fairseq-v0.9/data-bin"
+data="${FSQ_SHARED:-$root/../shared}/fixtures/fairseq-v0.9/data-bin"
 work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT
 

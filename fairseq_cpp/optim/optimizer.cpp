@@ -85,15 +85,7 @@ class Adam : public Optimizer {
     if (flat() && std::adjacent_find(steps_.begin(), steps_.end(), std::not_equal_to<>()) == steps_.end()) {
       // The same update rule over the flat buffers: ten ops for all parameters.
       for (auto& t : steps_) ++t;
-      const int64_t t = steps_.empty() ? 1 : steps_[0];
-      flat_exp_avg_.mul_(beta1_).add_(flat_grads_, 1 - beta1_);
-      flat_exp_avg_sq_.mul_(beta2_).addcmul_(flat_grads_, flat_grads_, 1 - beta2_);
-      at::Tensor denom = flat_exp_avg_sq_.sqrt().add_(eps_);
-      const double bias_correction1 = 1 - std::pow(beta1_, static_cast<double>(t));
-      const double bias_correction2 = 1 - std::pow(beta2_, static_cast<double>(t));
-      const double step_size = lr_ * std::sqrt(bias_correction2) / bias_correction1;
-      if (weight_decay_ != 0) flat_params_.add_(flat_params_, -weight_decay_ * lr_);
-      flat_params_.addcdiv_(flat_exp_avg_, denom, -step_size);
+      update(flat_params_, flat_grads_, flat_exp_avg_, flat_exp_avg_sq_, steps_.empty() ? 1 : steps_[0]);
       written_through_flat_buffer();
       return;
     }
@@ -102,15 +94,7 @@ class Adam : public Optimizer {
       if (!p.grad().defined()) continue;
       at::Tensor grad = p.grad().to(torch::kFloat32);
       at::Tensor p32 = p.scalar_type() == torch::kFloat32 ? p : p.to(torch::kFloat32);
-      const int64_t t = ++steps_[i];
-      exp_avg_[i].mul_(beta1_).add_(grad, 1 - beta1_);
-      exp_avg_sq_[i].mul_(beta2_).addcmul_(grad, grad, 1 - beta2_);
-      at::Tensor denom = exp_avg_sq_[i].sqrt().add_(eps_);
-      const double bias_correction1 = 1 - std::pow(beta1_, static_cast<double>(t));
-      const double bias_correction2 = 1 - std::pow(beta2_, static_cast<double>(t));
-      const double step_size = lr_ * std::sqrt(bias_correction2) / bias_correction1;
-      if (weight_decay_ != 0) p32.add_(p32, -weight_decay_ * lr_);
-      p32.addcdiv_(exp_avg_[i], denom, -step_size);
+      update(p32, grad, exp_avg_[i], exp_avg_sq_[i], ++steps_[i]);
       if (!p32.is_same(p)) p.copy_(p32);
     }
   }
@@ -153,22 +137,26 @@ class Adam : public Optimizer {
     flat_exp_avg_sq_ = flatten_state(exp_avg_sq_);
   }
 
+  // FairseqAdam's rule at step t, in place, for one parameter, all of them flat, or a worker's slice.
+  void update(at::Tensor params, const at::Tensor& grads, at::Tensor& exp_avg, at::Tensor& exp_avg_sq,
+              int64_t t) const {
+    exp_avg.mul_(beta1_).add_(grads, 1 - beta1_);
+    exp_avg_sq.mul_(beta2_).addcmul_(grads, grads, 1 - beta2_);
+    at::Tensor denom = exp_avg_sq.sqrt().add_(eps_);
+    const double bias_correction1 = 1 - std::pow(beta1_, static_cast<double>(t));
+    const double bias_correction2 = 1 - std::pow(beta2_, static_cast<double>(t));
+    const double step_size = lr_ * std::sqrt(bias_correction2) / bias_correction1;
+    if (weight_decay_ != 0) params.add_(params, -weight_decay_ * lr_);
+    params.addcdiv_(exp_avg, denom, -step_size);
+  }
+
   // The flat update rule over this rank's slice, then every rank's slice into the weights.
   void step_shard() {
     if (!flat() || std::adjacent_find(steps_.begin(), steps_.end(), std::not_equal_to<>()) != steps_.end())
       raise<OperationalError>("zero_sharding: the optimizer's parameters are no longer the views of its flat buffer");
     for (auto& t : steps_) ++t;
-    const int64_t t = steps_.empty() ? 1 : steps_[0];
-    at::Tensor grads = shard_of(flat_grads_);
     at::Tensor params = shard_of(flat_params_);
-    flat_exp_avg_.mul_(beta1_).add_(grads, 1 - beta1_);
-    flat_exp_avg_sq_.mul_(beta2_).addcmul_(grads, grads, 1 - beta2_);
-    at::Tensor denom = flat_exp_avg_sq_.sqrt().add_(eps_);
-    const double bias_correction1 = 1 - std::pow(beta1_, static_cast<double>(t));
-    const double bias_correction2 = 1 - std::pow(beta2_, static_cast<double>(t));
-    const double step_size = lr_ * std::sqrt(bias_correction2) / bias_correction1;
-    if (weight_decay_ != 0) params.add_(params, -weight_decay_ * lr_);
-    params.addcdiv_(flat_exp_avg_, denom, -step_size);
+    update(params, shard_of(flat_grads_), flat_exp_avg_, flat_exp_avg_sq_, steps_.empty() ? 1 : steps_[0]);
     flat_params_.copy_(gather_shards(params, "the updated weights' slices"));
     written_through_flat_buffer();
   }

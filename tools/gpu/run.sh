@@ -7,7 +7,8 @@
 # updates), generation with the fairseq v0.9 fixture checkpoint against fairseq's own output, and
 # the throughput benchmark (transformer base and big, 32k vocabulary, bf16, ours and plain PyTorch
 # eager and torch.compile'd) with one profile of a step of the big model at 16,384 tokens (shares of
-# GEMM, attention, optimizer, all-reduce, other kernels and host gaps; the table in profile.txt).
+# GEMM, attention, optimizer, all-reduce, other kernels and host gaps; the table in profile.txt),
+# and the big model's step again with activation checkpointing (its memory and speed).
 # Prints one table last; writes every log and `record.md` (the table, with the commit, device,
 # driver, PyTorch version and date: prepend it to docs/benchmarks/gpu.md) into LOGDIR.
 #
@@ -375,6 +376,19 @@ for size in "${sizes[@]}"; do
     note "profile of a step ($arch bf16, $tokens tokens)" "${shares:-$(failed) (throughput.log)}${shares:+; table: profile.txt}"
   fi
 done
+
+# Activation checkpointing (model.checkpoint_activations) on the first size: its memory and speed
+# against that size's plain row above.
+if want throughput; then
+  read -r arch vocab tokens len <<<"${profiled}"
+  out=$(bounded "$build/tools/bench/fsq_bench_train_step" --arch "$arch" --vocab "$vocab" --max-tokens "$tokens" \
+    --len "$len" --bf16 1 --iters "${iters[0]}" --warmup "${iters[1]}" --gemm 0 --checkpoint-activations 1 \
+    2>>"$logs/throughput.log" | head -1)
+  [ -n "$out" ] && echo "$out checkpoint_activations" >>"$logs/throughput.txt"
+  read -r _ _ _ _ _ ckpt_tps ckpt_gib _ <<<"$out"
+  note "train step $arch bf16, $tokens tokens, checkpoint_activations" \
+    "${ckpt_tps:-$(failed)} tok/s, ${ckpt_gib:-?} GiB (the plain run: the row of this size above)"
+fi
 
 # --- Multi30k parity: the device's runs, and the CPU's
 if ! want parity; then

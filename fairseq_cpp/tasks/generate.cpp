@@ -154,10 +154,7 @@ std::vector<std::vector<int64_t>> test_batches(const config::Config& cfg, const 
   filter.max_target_positions = std::min(cfg.task.max_target_positions, t.model->max_target_positions());
   filter.skip_invalid = cfg.dataset.skip_invalid_size_inputs_valid_test;
   filter.what = subset;
-  data::BatchingOptions batching;
-  batching.max_tokens = cfg.dataset.max_tokens;
-  batching.max_sentences = cfg.dataset.batch_size;
-  batching.required_batch_size_multiple = cfg.dataset.required_batch_size_multiple;
+  data::BatchingOptions batching = batching_options(cfg.dataset, BatchesFor::training);
   if (batching.max_tokens <= 0 && batching.max_sentences <= 0) batching.max_tokens = 12000;  // fairseq's default
   // fairseq orders the examples under numpy_seed(seed) with the dataset's shuffle on.
   auto batches = dataset.make_batches(static_cast<uint32_t>(cfg.common.seed), true, filter, batching);

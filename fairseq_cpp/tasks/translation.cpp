@@ -176,14 +176,6 @@ data::SizeFilterOptions train_filter(const config::Config& cfg) {
   return filter;
 }
 
-data::BatchingOptions train_batching(const config::DatasetConfig& dataset) {
-  data::BatchingOptions batching;
-  batching.max_tokens = dataset.max_tokens;
-  batching.max_sentences = dataset.batch_size;
-  batching.required_batch_size_multiple = dataset.required_batch_size_multiple;
-  return batching;
-}
-
 // The training batches: the same list on every rank, shards dealt by the iterator; each epoch's
 // come from its directory's train, train1, ... (loaded when the epoch starts).
 std::unique_ptr<data::EpochBatchIterator> train_iterator(const config::Config& cfg, const TaskData& task_data,
@@ -194,7 +186,7 @@ std::unique_ptr<data::EpochBatchIterator> train_iterator(const config::Config& c
   itr_options.shard_id = gang.rank();
   itr_options.num_workers = cfg.dataset.num_workers;
   itr_options.buffer_size = std::max<int64_t>(1, cfg.dataset.data_buffer_size);
-  auto load_train = [&cfg, &task_data, filter = train_filter(cfg), batching = train_batching(cfg.dataset)](int64_t shard) {
+  auto load_train = [&cfg, &task_data, filter = train_filter(cfg), batching = batching_options(cfg.dataset, BatchesFor::training)](int64_t shard) {
     auto set = std::make_shared<data::LanguagePairDataset>(data::LanguagePairDataset::load_combined(
         task_data.paths[static_cast<size_t>(shard)], cfg.dataset.train_subset, task_data.src, task_data.tgt, task_data.src_dict,
         task_data.tgt_dict, cfg.task.upsample_primary, task_data.pair));
@@ -226,7 +218,8 @@ trainer::Validator make_validator(const config::Config& cfg, const TaskData& tas
       return std::make_unique<BleuValidation>(cfg.task, task_data.tgt_dict, static_cast<uint64_t>(cfg.common.seed));
     };
   return trainer::Validator(
-      trainer::validation_options(cfg, train_filter(cfg), train_batching(cfg.dataset), gang.rank()),
+      trainer::validation_options(cfg, train_filter(cfg), batching_options(cfg.dataset, BatchesFor::validation),
+                                  gang.rank()),
       std::move(subsets), std::move(bleu));
 }
 

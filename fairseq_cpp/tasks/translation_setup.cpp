@@ -46,6 +46,15 @@ data::LanguagePairOptions language_pair_options(const config::TaskConfig& traine
   return o;
 }
 
+data::BatchingOptions batching_options(const config::DatasetConfig& dataset, BatchesFor use) {
+  const bool valid = use == BatchesFor::validation;
+  data::BatchingOptions o;
+  o.max_tokens = valid && dataset.max_tokens_valid > 0 ? dataset.max_tokens_valid : dataset.max_tokens;
+  o.max_sentences = valid && dataset.batch_size_valid > 0 ? dataset.batch_size_valid : dataset.batch_size;
+  o.required_batch_size_multiple = dataset.required_batch_size_multiple;
+  return o;
+}
+
 Translation load_translation(const config::Config& cli, const std::string& split) {
   if (cli.common.bf16 || cli.common.fp16)
     raise<UserError>("--{} applies to training and fairseq-cpp-eval validate; generation runs in float32 (mixed "

@@ -13,6 +13,7 @@
 #include <c10/core/Device.h>
 
 #include "fairseq_cpp/config/sections.h"
+#include "fairseq_cpp/data/batching.h"
 #include "fairseq_cpp/data/dictionary.h"
 #include "fairseq_cpp/data/language_pair_dataset.h"
 #include "fairseq_cpp/models/transformer.h"
@@ -39,6 +40,11 @@ std::pair<std::string, std::string> infer_languages(const std::string& dir, cons
 // run asks: `run`'s truncate_source to its max_source_positions), with the dictionary's pad and eos.
 data::LanguagePairOptions language_pair_options(const config::TaskConfig& trained, const config::TaskConfig& run,
                                                 const data::Dictionary& dict);
+
+// fairseq's batch sizes: --max-tokens and --batch-size; for validation --max-tokens-valid and
+// --batch-size-valid where set (fairseq defaults them to the former); --required-batch-size-multiple.
+enum class BatchesFor { training, validation };
+data::BatchingOptions batching_options(const config::DatasetConfig& dataset, BatchesFor use);
 
 // Checks `task.data` and `common_eval.path` (UserError naming what is missing), then loads; a path
 // of several files separated by ':' (fairseq's --path a.pt:b.pt) loads each into one ensemble. `split`

@@ -77,10 +77,7 @@ std::vector<SubsetLoss> validate(const config::Config& cli) {
   filter.max_source_positions = loaded.model->max_source_positions();
   filter.max_target_positions = loaded.model->max_target_positions();
   filter.skip_invalid = cli.dataset.skip_invalid_size_inputs_valid_test;
-  data::BatchingOptions batching;
-  batching.max_tokens = cli.dataset.max_tokens_valid > 0 ? cli.dataset.max_tokens_valid : cli.dataset.max_tokens;
-  batching.max_sentences = cli.dataset.batch_size_valid > 0 ? cli.dataset.batch_size_valid : cli.dataset.batch_size;
-  batching.required_batch_size_multiple = cli.dataset.required_batch_size_multiple;
+  data::BatchingOptions batching = batching_options(cli.dataset, BatchesFor::validation);
   if (batching.max_tokens <= 0 && batching.max_sentences <= 0) {
     raise<UserError>("set --max-tokens or --batch-size (fairseq-validate needs one of them)");
   }

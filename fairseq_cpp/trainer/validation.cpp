@@ -47,8 +47,6 @@ ValidationOptions validation_options(const config::Config& cfg, const data::Size
   o.filter = filter;
   o.filter.skip_invalid = cfg.dataset.skip_invalid_size_inputs_valid_test;
   o.batching = batching;
-  if (cfg.dataset.max_tokens_valid > 0) o.batching.max_tokens = cfg.dataset.max_tokens_valid;
-  if (cfg.dataset.batch_size_valid > 0) o.batching.max_sentences = cfg.dataset.batch_size_valid;
   o.format = rank == 0 ? core::parse_log_format(cfg.common.no_progress_bar ? "none" : cfg.common.log_format, false)
                        : core::LogFormat::none;
   o.tensorboard_logdir = rank == 0 ? cfg.common.tensorboard_logdir : "";

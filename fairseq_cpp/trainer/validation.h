@@ -60,8 +60,8 @@ struct ValidationOptions {
   std::string tensorboard_logdir;                    // rank 0's TensorBoard folder; empty = none
 };
 
-// The validation options of `cfg`, with the training's size filter and batching as the base
-// (max_tokens_valid / batch_size_valid replace theirs when set), for rank `rank`.
+// The validation options of `cfg`, with the training's size filter as the base and the validation
+// batch sizes (tasks' batching_options for validation), for rank `rank`.
 ValidationOptions validation_options(const config::Config& cfg, const data::SizeFilterOptions& filter,
                                      const data::BatchingOptions& batching, int rank);
 

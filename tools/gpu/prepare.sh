@@ -2,7 +2,7 @@
 # Run on a CPU machine before a device run (see tools/gpu/run.sh): makes `.gpu-deps/` (ignored by
 # git), which the run carries:
 #   .gpu-deps/prefix          the C++ libraries the GPU machine lacks, from Debian's packages:
-#                             ../shared/gpu/prepare-deps.sh's (yaml-cpp, fmt, SentencePiece,
+#                             $FSQ_SHARED/gpu/prepare-deps.sh's (yaml-cpp, fmt, SentencePiece,
 #                             GoogleTest, nlohmann-json) and the project's own needs beyond them
 #                             (zlib and OpenSSL's libcrypto for checkpoints, jemalloc for the programs,
 #                             gloo's headers: the wheel's LibTorch has none, and c10d's
@@ -16,9 +16,9 @@
 #                             this CPU (544 updates, fp32; about 11 minutes on 2 cores), kept from
 #                             the last prepare.sh while the code that trains (fairseq_cpp/, cli/,
 #                             configs/, CMakeLists.txt) is the same
-# and the link `.gpu-shared` to ../shared, through which the run carries the fixture's checkpoint,
-# data-bin and translations (carry the paths through the link that it prints: the files travel,
-# nothing is copied into the repository).
+# and the link `.gpu-shared` to the shared test data ($FSQ_SHARED, default ../shared), through
+# which the run carries the fixture's checkpoint, data-bin and translations (carry the paths
+# through the link that it prints: the files travel, nothing is copied into the repository).
 #   tools/gpu/prepare.sh [--cpu-reference]
 set -euo pipefail
 root=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
@@ -40,7 +40,8 @@ if [ -f "$last" ] && [ "$(cut -d' ' -f4 "$last")" = "$code" ]; then
   [ "$last" = "$root/.gpu-cpu-fp32-loss.kept" ] || cp "$last" "$root/.gpu-cpu-fp32-loss.kept"
 fi
 rm -rf "$dest"
-bash ../shared/gpu/prepare-deps.sh "$dest" >/dev/null
+shared=${FSQ_SHARED:-../shared}
+bash "$shared/gpu/prepare-deps.sh" "$dest" >/dev/null
 extra=(zlib1g zlib1g-dev libssl3 libssl-dev libjemalloc2 libjemalloc-dev libgloo-dev)
 mkdir -p "$dest/debs"
 (cd "$dest/debs" && apt-get download "${extra[@]}" >/dev/null)
@@ -50,7 +51,7 @@ rm -rf "$dest/debs" "$dest/prefix/usr/share/doc" "$dest/prefix/usr/share/man"
 # no other) only weigh on the 64 MiB that travel.
 find "$dest/prefix" -name '*.a' ! -name 'libgtest*' ! -name 'libgmock*' -delete
 echo "$head" >"$dest/commit"
-ln -sfn "$(cd ../shared && pwd)" .gpu-shared
+ln -sfn "$(cd "$shared" && pwd)" .gpu-shared
 
 # The programs and tests, as built here.
 [ -f "$build/build.ninja" ] || { echo "prepare.sh: no $build: run tools/setup.sh --torch wheel first" >&2; exit 1; }

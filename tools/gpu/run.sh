@@ -18,7 +18,7 @@
 #   device run: BUDGET_S=400 LIMIT_S=540 RESULTS=$OUT tools/gpu/run.sh /tmp/gpu-logs   # timeout_s 600;
 #               carry what prepare.sh prints
 #   tools/gpu/run.sh LOGDIR [--quick] [--shared DIR] [--steps LIST]
-#     DIR: shared/ (default: .gpu-shared, ../shared); LIST: some of build,tests,parity,generate,
+#     DIR: the shared test data (default: .gpu-shared, $FSQ_SHARED, ../shared); LIST: some of build,tests,parity,generate,
 #     throughput,overlap (default all; run as build, tests, generate, throughput, parity, overlap:
 #     the device's own steps first), or cpu-reference alone (what prepare.sh
 #     runs: the CPU's fp32 parity run, kept in LOGDIR/cpu-fp32-loss).
@@ -61,7 +61,7 @@ done
 mkdir -p "$logs"
 logs=$(cd "$logs" && pwd)
 if [ -z "$shared" ]; then
-  for d in .gpu-shared ../shared shared; do [ -d "$d/fixtures" ] && { shared=$d; break; }; done
+  for d in .gpu-shared "${FSQ_SHARED:-}" ../shared shared; do [ -d "$d/fixtures" ] && { shared=$d; break; }; done
 fi
 [ -n "$shared" ] && shared=$(cd "$shared" && pwd)
 fixture=$shared/fixtures/fairseq-v0.9
@@ -163,7 +163,7 @@ export LD_LIBRARY_PATH=$torch_dir/lib:${LD_LIBRARY_PATH:-}  # before the prebuil
 
 # The programs and tests that prepare.sh built on the CPU machine (.gpu-deps/prebuilt.tar.xz),
 # unpacked into the build folder they came from. The tests take the paths compiled into them from
-# FSQ_SOURCE_DIR, FSQ_BIN_DIR and FSQ_PYTHON, and ../shared is the carried fixture.
+# FSQ_SOURCE_DIR, FSQ_BIN_DIR and FSQ_PYTHON, and FSQ_SHARED names the carried fixture.
 use_prebuilt() {
   local packed=$root/.gpu-deps/prebuilt.tar.xz dir
   [ -f "$packed" ] || return 1
@@ -181,8 +181,8 @@ tarfile.open(sys.argv[1]).extractall(sys.argv[2], **kw)' "$packed" "$dir"
   build=$dir
   prebuilt=1
 }
-# The tests read the fixture from ../shared: there, the carried one.
-[ -e ../shared ] || [ ! -d .gpu-shared/fixtures ] || ln -s "$root/.gpu-shared" ../shared
+# The tests and benchmarks read the fixture from $FSQ_SHARED: the carried one.
+[ -z "$shared" ] || export FSQ_SHARED=$shared
 prebuilt=0
 if want build && [ ! -f "$build/build.ninja" ] && use_prebuilt; then
   note "build" "none: the programs and tests prepare.sh built on the CPU machine, for commit $commit, in $build"

@@ -8,10 +8,11 @@
 #   tools/setup.sh --fuzz          # only the libFuzzer targets (clang, ASan + UBSan): ./build-fuzz
 #   BUILD_DIR=out tools/setup.sh   # elsewhere
 #
-# The wheel lane makes the project's Python environment in .venv/ (ignored by git) from the pinned
-# tools/requirements.txt, and configures against its torch with CUDA on: nvcc and the CUDA libraries
-# come from the CUDA 13 toolkit in $CUDA_HOME (default /usr/local/cuda), the target is sm_90 (H100
-# and H200), and configuring stops if LibTorch's CUDA targets are missing.
+# The wheel lane makes the project's Python environment from the pinned tools/requirements.txt in
+# ~/.cache/fairseq-cpp/venv-HASH (FSQ_VENV elsewhere), linked as .venv (ignored by git), and
+# configures against its torch with CUDA on: nvcc and the CUDA libraries come from the CUDA 13
+# toolkit in $CUDA_HOME (default /usr/local/cuda), the target is sm_90 (H100 and H200), and
+# configuring stops if LibTorch's CUDA targets are missing.
 set -euo pipefail
 
 root=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
@@ -95,8 +96,18 @@ if [ "$lane" = wheel ]; then
       "$cuda/bin/nvcc is missing (set CUDA_HOME to the toolkit)" >&2
     exit 1
   fi
-  venv=$root/.venv
   requirements=$root/tools/requirements.txt
+  # One environment per version of the requirements, shared by every clone (.venv links to it): the
+  # LibTorch headers then have the same path in each clone, so a clone's build hits the ccache of
+  # another, as the Debian lane's /usr/include does. A .venv folder of its own is used as it is.
+  venv=$root/.venv
+  if [ ! -d "$venv" ] || [ -L "$venv" ]; then
+    venv=${FSQ_VENV:-${XDG_CACHE_HOME:-$HOME/.cache}/fairseq-cpp/venv-$(sha256sum <"$requirements" | cut -c1-12)}
+    mkdir -p "$(dirname "$venv")"
+    ln -sfn "$venv" "$root/.venv"
+  else
+    echo "setup: .venv is a folder of this clone; remove it to share one environment across clones (ccache hits)"
+  fi
   stamp=$venv/.requirements.sha256
   [ -x "$venv/bin/python" ] || /usr/bin/python3 -m venv "$venv"
   if [ "$(cat "$stamp" 2>/dev/null)" != "$(sha256sum <"$requirements")" ]; then
@@ -105,7 +116,7 @@ if [ "$lane" = wheel ]; then
     sha256sum <"$requirements" >"$stamp"
   fi
   # Every library that libtorch_cuda.so needs must resolve, from the wheels or the toolkit.
-  if ! torch_dir=$("$venv/bin/python" -c 'import os, torch; print(os.path.dirname(torch.__file__))'); then
+  if ! torch_dir=$("$venv/bin/python" -c 'import os, torch; print(os.path.dirname(os.path.realpath(torch.__file__)))'); then
     echo "setup: torch from $requirements does not import (a CUDA library missing?)" >&2
     exit 1
   fi

@@ -14,6 +14,7 @@
 #include <memory>
 
 #include <fmt/format.h>
+#include <fmt/ranges.h>
 
 #include "fairseq_cpp/core/errors.h"
 
@@ -54,12 +55,6 @@ bool has_ip(const ifaddrs* i) {
   return i->ifa_addr != nullptr && (i->ifa_addr->sa_family == AF_INET || i->ifa_addr->sa_family == AF_INET6);
 }
 
-std::string join(const std::vector<std::string>& items) {
-  std::string out;
-  for (const auto& item : items) out += (out.empty() ? "" : ", ") + item;
-  return out;
-}
-
 // "fsqv0,fsqv1" -> {fsqv0, fsqv1}, each checked against this host's interfaces.
 std::vector<std::string> named_interfaces(const std::string& list, const std::string& what) {
   std::vector<std::string> names;
@@ -79,7 +74,7 @@ std::vector<std::string> named_interfaces(const std::string& list, const std::st
       raise<UserError>(
           "{} names the network interface `{}`, but this host has no interface of that name with an "
           "address (it has: {}).",
-          what, name, join(here));
+          what, name, fmt::join(here, ", "));
   }
   return names;
 }

@@ -13,6 +13,7 @@
 #include <optional>
 
 #include <fmt/format.h>
+#include <fmt/ranges.h>
 
 #include "fairseq_cpp/core/errors.h"
 
@@ -49,12 +50,6 @@ class Env {
  private:
   const std::map<std::string, std::string>& vars_;
 };
-
-std::string join(const std::vector<std::string>& items) {
-  std::string out;
-  for (const auto& item : items) out += (out.empty() ? "" : ", ") + item;
-  return out;
-}
 
 void check_port(int port, const std::string& what) {
   if (port < 1 || port > 65535) raise<UserError>("{} must be a TCP port in 1-65535, but is {} instead.", what, port);
@@ -94,7 +89,8 @@ Topology from_torchrun_vars(const TopologyInputs& in, LaunchMode mode) {
     raise<UserError>(
         "the torchrun-style launch is half set up: {} {} set but {} {} missing; set all of MASTER_ADDR, MASTER_PORT, "
         "WORLD_SIZE, RANK, LOCAL_RANK, LOCAL_WORLD_SIZE, or none.",
-        join(set), set.size() == 1 ? "is" : "are", join(missing), missing.size() == 1 ? "is" : "are");
+        fmt::join(set, ", "), set.size() == 1 ? "is" : "are", fmt::join(missing, ", "),
+        missing.size() == 1 ? "is" : "are");
   Topology t;
   t.mode = mode;
   t.master_addr = env.get("MASTER_ADDR");
@@ -202,7 +198,7 @@ SlurmJob read_slurm(const TopologyInputs& in, const Env& env) {
     raise<UserError>(
         "SLURM_JOB_ID is set, but the SLURM environment is incomplete: {} missing; run the program "
         "through srun.",
-        join(missing));
+        fmt::join(missing, ", "));
   SlurmJob j;
   j.nnodes = env.integer("SLURM_NNODES");
   j.ntasks = env.integer("SLURM_NTASKS");

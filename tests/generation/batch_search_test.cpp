@@ -17,7 +17,7 @@
 namespace fairseq_cpp::generation {
 namespace {
 
-constexpr int64_t kVocab = 40;
+constexpr int64_t kRandomVocab = 40;
 
 // Weights drawn on the CPU (the same on every device), then moved to `device`.
 std::shared_ptr<models::TransformerModel> small_model(torch::Device device) {
@@ -33,8 +33,8 @@ std::shared_ptr<models::TransformerModel> small_model(torch::Device device) {
   m.encoder_attention_heads = 4;
   m.decoder_attention_heads = 4;
   m.share_all_embeddings = true;
-  auto model = std::make_shared<models::TransformerModel>(
-      models::resolve_transformer_options(m, config::TaskConfig{}), models::Vocabularies{kVocab, kVocab, 1, true});
+  auto model = std::make_shared<models::TransformerModel>(models::resolve_transformer_options(m, config::TaskConfig{}),
+                                                          models::Vocabularies{kRandomVocab, kRandomVocab, 1, true});
   model->eval();
   model->to(device);
   return model;
@@ -51,7 +51,7 @@ std::vector<SearchBatch> random_batches(const std::vector<int64_t>& sizes, torch
     at::Tensor src = torch::full({rows, width}, 1, torch::kInt64);
     for (int64_t r = 0; r < rows; ++r) {
       const int64_t len = lengths[r].item<int64_t>();
-      src[r].narrow(0, width - len, len).copy_(torch::randint(4, kVocab, {len}, torch::kInt64));
+      src[r].narrow(0, width - len, len).copy_(torch::randint(4, kRandomVocab, {len}, torch::kInt64));
       src[r][width - 1] = 2;
     }
     batches.push_back({src.to(device), lengths.to(device), at::Tensor()});
@@ -73,7 +73,7 @@ class SearchBatches : public ::testing::TestWithParam<std::string> {
 
 TEST_P(SearchBatches, PartsOnWorkersGiveTheHypothesesOfWholeBatchesInOrder) {
   auto model = small_model(device());
-  SequenceGenerator generator(options(), {1, 2, 3, kVocab});
+  SequenceGenerator generator(options(), {1, 2, 3, kRandomVocab});
   const auto batches = random_batches({7, 5, 1, 8, 3}, device());
   std::vector<Hypotheses> expected;
   for (const auto& b : batches) expected.push_back(generator.generate(*model, b.src_tokens, b.src_lengths));
@@ -110,7 +110,7 @@ TEST_P(SearchBatches, SamplingKeepsWholeBatches) {
   GeneratorOptions o = options();
   o.sampling = true;
   o.seed = 5;
-  SequenceGenerator generator(o, {1, 2, 3, kVocab});
+  SequenceGenerator generator(o, {1, 2, 3, kRandomVocab});
   const auto batches = random_batches({6, 4}, device());
   std::vector<Hypotheses> expected;
   for (const auto& b : batches) expected.push_back(generator.generate(*model, b.src_tokens, b.src_lengths));
@@ -131,7 +131,7 @@ TEST_P(SearchBatches, DiverseBeamSearchAndMatchSourceLenGiveTheHypothesesOfWhole
   GeneratorOptions match = options();
   match.match_source_len = true;
   for (const GeneratorOptions& o : {diverse, match}) {
-    SequenceGenerator generator(o, {1, 2, 3, kVocab});
+    SequenceGenerator generator(o, {1, 2, 3, kRandomVocab});
     const auto batches = random_batches({7, 5}, device());
     std::vector<Hypotheses> expected;
     for (const auto& b : batches) expected.push_back(generator.generate(*model, b.src_tokens, b.src_lengths));
@@ -171,7 +171,7 @@ class FailingModel : public models::EncoderDecoderModel {
 };
 
 TEST_P(SearchBatches, AnErrorInAWorkerOrInTheCallbackStopsTheSearch) {
-  SequenceGenerator generator(options(), {1, 2, 3, kVocab});
+  SequenceGenerator generator(options(), {1, 2, 3, kRandomVocab});
   // CPU: parts of at most 2 rows (4 sentences on 2 workers) pass; the 6-sentence batch's parts fail.
   // CUDA: whole batches, one by one: the first fails.
   FailingModel failing(small_model(device()), 2);

@@ -8,7 +8,7 @@
 set -uo pipefail
 src=${1:?usage: demo_test.sh SOURCE_DIR BUILD_DIR [UPDATES] [FLOOR]}
 build=${2:?usage: demo_test.sh SOURCE_DIR BUILD_DIR [UPDATES] [FLOOR]}
-updates=${3:-300}
+updates=${3:-200}
 floor=${4:-25}
 dir=$(mktemp -d /tmp/fsq-demo-XXXXXX)
 trap 'rm -rf "$dir"' EXIT

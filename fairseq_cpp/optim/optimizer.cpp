@@ -4,6 +4,7 @@
 #include <cmath>
 #include <functional>
 #include <type_traits>
+#include <unordered_set>
 
 #include <torch/csrc/autograd/variable.h>
 #include <torch/torch.h>
@@ -66,6 +67,12 @@ class Adam : public Optimizer {
     exp_avg_sq_ = zeros_like_all(params_);
   }
   std::string name() const override { return "adam"; }
+  std::vector<at::Tensor> state_tensors() const override {
+    std::vector<at::Tensor> all{flat_exp_avg_, flat_exp_avg_sq_};
+    all.insert(all.end(), exp_avg_.begin(), exp_avg_.end());
+    all.insert(all.end(), exp_avg_sq_.begin(), exp_avg_sq_.end());
+    return all;
+  }
 
   bool shard(distributed::Gang& gang) override {
     if (!take_shard(gang)) return false;
@@ -187,6 +194,7 @@ class Sgd : public Optimizer {
     started_.assign(params_.size(), false);
   }
   std::string name() const override { return nag_ ? "nag" : "sgd"; }
+  std::vector<at::Tensor> state_tensors() const override { return buffers_; }
 
   void step() override {
     torch::NoGradGuard no_grad;
@@ -417,6 +425,16 @@ std::unique_ptr<Optimizer> build_optimizer(const OptimizerOptions& options, std:
   if (options.name == "sgd") return std::make_unique<Sgd>(std::move(params), options, false);
   if (options.name == "nag") return std::make_unique<Sgd>(std::move(params), options, true);
   raise<UserError>("`optimizer._name` must be adam, sgd or nag, but is `{}` instead.", options.name);
+}
+
+int64_t held_bytes(const std::vector<at::Tensor>& tensors) {
+  std::unordered_set<const void*> seen;
+  int64_t bytes = 0;
+  for (const at::Tensor& t : tensors) {
+    if (!t.defined() || !t.has_storage()) continue;
+    if (seen.insert(t.storage().unsafeGetStorageImpl()).second) bytes += static_cast<int64_t>(t.storage().nbytes());
+  }
+  return bytes;
 }
 
 double clip_grad_norm(const at::Tensor& flat_grads, double max_norm) {

@@ -76,6 +76,9 @@ class Optimizer {
   virtual StateDict state_dict() const;
   // Throws DataError when the state is for another optimizer or other parameter shapes.
   virtual void load_state_dict(const StateDict& state);
+  // The optimizer's own state in memory (adam's moments, or this rank's slice of them when
+  // sharded; momentum buffers): what it adds to the model state.
+  virtual std::vector<at::Tensor> state_tensors() const { return {}; }
 
  protected:
   // Reads a list of tensors `key` of state, one per parameter, checking count and shapes.
@@ -105,6 +108,9 @@ class Optimizer {
 };
 
 std::unique_ptr<Optimizer> build_optimizer(const OptimizerOptions& options, std::vector<at::Tensor> params);
+
+// Bytes of the distinct storages that `tensors` view: a flat buffer and its views count once.
+int64_t held_bytes(const std::vector<at::Tensor>& tensors);
 
 // fairseq's clip_grad_norm_: the L2 norm of all gradients together; when max_norm > 0 and the norm
 // exceeds it, every gradient is scaled by max_norm / (norm + 1e-6). Returns the norm before clipping.

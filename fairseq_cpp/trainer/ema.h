@@ -49,6 +49,8 @@ class Ema {
   void restore(const checkpoint::TensorDict& state, int64_t counter, const std::string& origin);
   // Whether the shadow exists yet (a first step or a restore happened).
   bool initialized() const { return !shadow_.empty(); }
+  // The shadow's tensors (none before the first step): what the EMA adds to the model state.
+  const std::vector<at::Tensor>& shadow() const { return shadow_; }
 
  private:
   friend class EmaWeights;

@@ -38,13 +38,22 @@ optim::LossScalerOptions loss_scaler_options(const config::Config& cfg, int64_t 
   return scaler;
 }
 
-// Where zero_sharding os leaves each worker: float32 weights and gradients, adam's two moments of its share.
+// Where zero_sharding os leaves each worker: adam's two moments of its share (the first update's
+// log line says what it holds in all).
 void log_zero_sharding(int workers, int64_t parameters) {
   const double n = static_cast<double>(parameters), world = static_cast<double>(workers);
+  log::info("trainer", "zero_sharding os: each of {} workers keeps adam's state of {} of the {} parameters", workers,
+            static_cast<int64_t>(std::ceil(n / world)), parameters);
+}
+
+// Once, after the first update of the process: what each worker holds for the model, and per parameter.
+void log_model_state(const ModelStateBytes& b, int64_t parameters) {
+  const auto gb = [](int64_t bytes) { return static_cast<double>(bytes) / 1e9; };
   log::info("trainer",
-            "zero_sharding os: each of {} workers keeps adam's state of {} of the {} parameters; model state {:.3f} "
-            "GB per worker (8 + 8/{} bytes per parameter)",
-            workers, static_cast<int64_t>(std::ceil(n / world)), parameters, (8 + 8 / world) * n / 1e9, workers);
+            "model state of this worker: {:.3f} GB ({:.2f} bytes per parameter): weights {:.3f}, gradients {:.3f}, "
+            "float64 gradient sum {:.3f}, optimizer {:.3f}, EMA {:.3f} GB",
+            gb(b.total()), static_cast<double>(b.total()) / static_cast<double>(std::max<int64_t>(1, parameters)),
+            gb(b.weights), gb(b.gradients), gb(b.gradient_sum), gb(b.optimizer), gb(b.ema));
 }
 
 }  // namespace
@@ -109,6 +118,18 @@ Trainer::Trainer(const TrainerOptions& options, std::shared_ptr<models::EncoderD
   optimizer_->set_lr(lr_scheduler_->step_update(0));
   if (options_.overlap_all_reduce && gang_.size() > 1 && flat())
     buckets_ = std::make_unique<GradBuckets>(params_, optimizer_->flat_grads(), bucket_scalars());
+}
+
+ModelStateBytes Trainer::model_state_bytes() const {
+  ModelStateBytes bytes;
+  bytes.weights = optim::held_bytes(params_);
+  std::vector<at::Tensor> grads;
+  for (const at::Tensor& p : params_) grads.push_back(p.grad());
+  bytes.gradients = optim::held_bytes(grads);
+  bytes.gradient_sum = optim::held_bytes({grad_sum_});
+  bytes.optimizer = optim::held_bytes(optimizer_->state_tensors());
+  if (ema_) bytes.ema = optim::held_bytes(ema_->shadow());
+  return bytes;
 }
 
 int64_t Trainer::bucket_scalars() const {
@@ -290,6 +311,8 @@ void Trainer::apply_update(StepStats& stats, bool scaling) {
   }
   optimizer_->set_lr(lr_scheduler_->step_update(num_updates_));
   if (ema_) ema_->step(num_updates_);  // the same weights on every rank: the same shadow
+  if (!model_state_logged_) log_model_state(model_state_bytes(), num_scalars_);  // the first update here
+  model_state_logged_ = true;
   if (options_.check_interval > 0 && num_updates_ % options_.check_interval == 0 && gang_.size() > 1)
     check_parameters_agree();
 }

@@ -57,6 +57,15 @@ struct TrainerOptions {
 // FP16Optimizer). Throws UserError when that default has no single update frequency to use.
 TrainerOptions trainer_options(const config::Config& cfg, int64_t world_size, int64_t update_freq);
 
+// The model state this worker holds, in bytes of the tensors' storages: float32 weights and
+// gradients, the float64 sum of several gradients (workers or micro-batches: 8 bytes per
+// parameter, for sums that do not depend on their order), the optimizer's state (adam: 8 bytes per
+// parameter, or per parameter of this worker's slice with zero_sharding os) and the EMA's shadow.
+struct ModelStateBytes {
+  int64_t weights = 0, gradients = 0, gradient_sum = 0, optimizer = 0, ema = 0;
+  int64_t total() const { return weights + gradients + gradient_sum + optimizer + ema; }
+};
+
 // What one update did, summed over every worker and micro-batch.
 struct StepStats {
   criterions::LossStats loss;  // sums over all workers (natural log); loss() etc. give base 2
@@ -105,6 +114,8 @@ class Trainer {
   bool has_fp16_fallback() const { return options_.fp16_fallback.has_value(); }
   // At the end of an epoch: the scheduler's epoch step; returns the new learning rate.
   double lr_step(int64_t epoch, std::optional<double> val_loss);
+  // What this worker holds for the model now (after the first update, all of it exists).
+  ModelStateBytes model_state_bytes() const;
 
  private:
   // Forward and backward over this worker's micro-batches in the update's precision, the loss
@@ -151,6 +162,7 @@ class Trainer {
   int64_t num_updates_ = 0;
   int64_t nonfinite_in_a_row_ = 0;
   int64_t fallback_left_ = 0;  // fp16_fallback: updates left in the fallback precision
+  bool model_state_logged_ = false;
 };
 
 }  // namespace fairseq_cpp::trainer

@@ -69,7 +69,8 @@ class OnDevice : public ::testing::TestWithParam<std::string> {
 
 std::unique_ptr<Trainer> make_trainer(std::shared_ptr<models::TransformerModel> model, distributed::Gang& gang,
                                       int64_t check_interval = 0, std::optional<EmaOptions> ema = std::nullopt,
-                                      optim::Precision precision = optim::Precision::kFloat32, bool overlap = true) {
+                                      optim::Precision precision = optim::Precision::kFloat32, bool overlap = true,
+                                      bool shard_optimizer_state = false) {
   criterions::CriterionOptions co;
   co.name = "label_smoothed_cross_entropy";
   co.label_smoothing = 0.1;
@@ -88,6 +89,7 @@ std::unique_ptr<Trainer> make_trainer(std::shared_ptr<models::TransformerModel> 
   to.ema = ema;
   to.precision = precision;
   to.overlap_all_reduce = overlap;
+  to.shard_optimizer_state = shard_optimizer_state;
   return std::make_unique<Trainer>(to, model, criterions::Criterion(co),
                                    optim::build_optimizer(oo, models::unique_parameters(*model)),
                                    optim::build_lr_scheduler(so), gang);
@@ -813,6 +815,134 @@ TEST_P(Training, AMissingBucketAllReduceNamesItself) {
   // update's, more under a loaded machine), well before rank 1 would leave at 12 s.
   EXPECT_LT(seconds, 3 + 2 * first_step + 1.5) << error << " (the first update took " << first_step << " s)";
   EXPECT_LT(seconds, 11.0) << error;
+}
+
+// zero_sharding os under fp16's loss scaler (issue 36), on 2 and 3 Gloo workers with clipping on
+// and several buckets: an overflow injected on one worker (NaN features there) skips that update
+// on every worker and halves the scale, sharded or not, and the sharded run ends with the unsharded
+// run's weights, Adam state, loss scales and gradient norms to the bit. (Dropout stays off: the
+// workers are threads of one process, sharing one random generator; the whole runs of
+// TrainingRun.ShardedOptimizerState... have it on.)
+TEST_P(Training, ShardedOptimizerStateUnderFp16OverflowsEqualsTheUnshardedRun) {
+  const auto make = [](std::shared_ptr<FaultyModel> model, distributed::Gang& gang, bool shard) {
+    criterions::CriterionOptions co;
+    optim::OptimizerOptions oo;
+    oo.name = "adam";
+    oo.lr = 1e-3;
+    optim::LrSchedulerOptions so;
+    TrainerOptions to;
+    to.precision = optim::Precision::kFloat16;
+    optim::LossScalerOptions lo;
+    lo.init_scale = 128;
+    lo.scale_window = 2;
+    lo.min_loss_scale = 1e-4;
+    to.loss_scaler = lo;
+    to.clip_norm = 0.5;
+    to.bucket_cap_mb = 0.01;
+    to.shard_optimizer_state = shard;
+    return std::make_unique<Trainer>(to, model, criterions::Criterion(co),
+                                     optim::build_optimizer(oo, models::unique_parameters(*model)),
+                                     optim::build_lr_scheduler(so), gang);
+  };
+  const int steps = 4, overflow_at = 1;
+  for (int workers : {2, 3}) {
+    std::vector<std::vector<data::Batch>> batches(static_cast<size_t>(steps));  // [step][rank]
+    for (int s = 0; s < steps; ++s)
+      for (int r = 0; r < workers; ++r) batches[static_cast<size_t>(s)].push_back(make_batch(2 + r, 2400 + 10 * s + r));
+    std::vector<std::shared_ptr<FaultyModel>> models;  // [shard * workers + rank]
+    for (int k = 0; k < 2 * workers; ++k) models.push_back(make_faulty_model(device()));
+    std::vector<std::vector<StepStats>> stats(models.size());
+    std::vector<checkpoint::StateDict> states(models.size(), checkpoint::new_state_dict());
+    for (bool shard : {false, true}) {
+      on_ranks(workers, 60, device(), [&](int r, distributed::Gang& gang) {
+        const size_t k = static_cast<size_t>((shard ? workers : 0) + r);
+        auto trainer = make(models[k], gang, shard);
+        for (int s = 0; s < steps; ++s) {
+          models[k]->nan = s == overflow_at && r == workers - 1;
+          stats[k].push_back(trainer->train_step({batches[static_cast<size_t>(s)][static_cast<size_t>(r)]}));
+        }
+        states[k] = trainer->optimizer().state_dict();  // gathered from every worker when sharded
+      });
+    }
+    for (int r = 0; r < workers; ++r) {
+      const size_t plain = static_cast<size_t>(r), sharded = static_cast<size_t>(workers + r);
+      SCOPED_TRACE(::testing::Message() << workers << " workers, rank " << r);
+      for (int s = 0; s < steps; ++s) {
+        const StepStats &a = stats[plain][static_cast<size_t>(s)], &b = stats[sharded][static_cast<size_t>(s)];
+        EXPECT_EQ(a.overflow, s == overflow_at) << "update " << s + 1;
+        EXPECT_EQ(b.overflow, a.overflow) << "update " << s + 1;
+        EXPECT_EQ(b.skipped, a.skipped) << "update " << s + 1;
+        EXPECT_EQ(b.loss_scale, a.loss_scale) << "update " << s + 1;
+        if (!a.overflow) {
+          EXPECT_TRUE(a.clipped) << "update " << s + 1;
+          EXPECT_EQ(b.gnorm, a.gnorm) << "update " << s + 1;
+        }
+      }
+      expect_same_parameters(*models[0], *models[sharded], 0.0);
+      for (const char* key : {"exp_avg", "exp_avg_sq"}) {
+        const auto x = states[0].at(key).toTensorList(), y = states[sharded].at(key).toTensorList();
+        ASSERT_EQ(x.size(), y.size());
+        for (size_t i = 0; i < x.size(); ++i)
+          EXPECT_TRUE(torch::equal(x.get(i).cpu(), y.get(i).cpu())) << key << " " << i;
+      }
+    }
+  }
+}
+
+// What each worker holds for the model follows the formula (issue 36), counted from the tensors'
+// storages: float32 weights and gradients (4 + 4 bytes per parameter), adam's two moments (8),
+// the float64 sum of several workers' gradients (8), the EMA's float32 shadow (4); with
+// zero_sharding os adam's moments of this worker's slice only (8 / N, the slices adding up to 8).
+TEST_P(Training, ModelStateBytesFollowTheFormula) {
+  const data::Batch batch = make_batch(4, 2300);
+  const auto scalars = [](Trainer& t) {
+    int64_t n = 0;
+    for (const at::Tensor& p : t.optimizer().params()) n += p.numel();
+    return n;
+  };
+  {  // one worker, one micro-batch: its gradient is its own sum; the EMA's shadow
+    distributed::FakeGang one(1, 0, device());
+    auto trainer = make_trainer(make_model(), one, 0, EmaOptions{});
+    ASSERT_FALSE(trainer->train_step({batch}).skipped);
+    const int64_t n = scalars(*trainer);
+    const ModelStateBytes b = trainer->model_state_bytes();
+    EXPECT_EQ(b.weights, 4 * n);
+    EXPECT_EQ(b.gradients, 4 * n);
+    EXPECT_EQ(b.gradient_sum, 0);
+    EXPECT_EQ(b.optimizer, 8 * n);
+    EXPECT_EQ(b.ema, 4 * n);
+    EXPECT_EQ(b.total(), 20 * n);
+  }
+  for (int workers : {2, 3}) {
+    for (bool shard : {false, true}) {
+      std::vector<ModelStateBytes> held(static_cast<size_t>(workers));
+      int64_t n = 0;
+      on_ranks(workers, 60, device(), [&](int r, distributed::Gang& gang) {
+        auto trainer = make_trainer(make_model(), gang, 0, std::nullopt, optim::Precision::kFloat32, true, shard);
+        if (trainer->train_step({batch}).skipped) throw std::runtime_error("the update was skipped");
+        held[static_cast<size_t>(r)] = trainer->model_state_bytes();
+        if (r == 0) n = scalars(*trainer);
+      });
+      const int64_t share = (n + workers - 1) / workers;
+      int64_t optimizer_total = 0;
+      for (int r = 0; r < workers; ++r) {
+        const ModelStateBytes& b = held[static_cast<size_t>(r)];
+        SCOPED_TRACE(::testing::Message() << workers << " workers, sharded " << shard << ", rank " << r);
+        EXPECT_EQ(b.weights, 4 * n);
+        EXPECT_EQ(b.gradients, 4 * n);
+        EXPECT_EQ(b.gradient_sum, 8 * n);
+        EXPECT_EQ(b.ema, 0);
+        if (shard) {
+          EXPECT_LE(b.optimizer, 8 * share);
+          EXPECT_GE(b.optimizer, 8 * (n - (workers - 1) * share));
+        } else {
+          EXPECT_EQ(b.optimizer, 8 * n);
+        }
+        optimizer_total += b.optimizer;
+      }
+      EXPECT_EQ(optimizer_total, shard ? 8 * n : 8 * n * workers);
+    }
+  }
 }
 
 INSTANTIATE_TEST_SUITE_P(Devices, Training, ::testing::ValuesIn(testing::test_devices()), testing::device_name);

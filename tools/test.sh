@@ -36,6 +36,12 @@ failed=()
 for lane in "${lanes[@]}"; do
   build_dir=$(build_dir_of "$lane")
   echo "test: $lane lane ($build_dir)"
+  # A fresh build folder starts from the tests' recorded times (CTest's own file, kept up to date by
+  # every later run there), so that the longest tests start first rather than last.
+  costs=$build_dir/Testing/Temporary/CTestCostData.txt
+  if [ ! -f "$costs" ] && [ -f "$root/tests/ctest_costs/$lane.txt" ]; then
+    mkdir -p "$(dirname "$costs")" && cp "$root/tests/ctest_costs/$lane.txt" "$costs"
+  fi
   if [ "$lane" = fuzz ]; then  # each target's smoke run on its corpus and regressions
     (cd "$build_dir" && ctest --output-on-failure -j "${JOBS:-$(nproc)}" -L fuzz) || failed+=("$lane")
   else

@@ -624,28 +624,39 @@ TEST_P(Training, Fp16ScalesExactlyAndOverflowsLowerTheScaleUntilItsMinimum) {
 // CUDA, where fp16 is float16 autocast, the decisions are the same but the float32 run is no
 // reference for the numbers (see Fp16ScalesExactly...): there the resumed run is held to the one
 // it was saved from, bit for bit (the same kernels from the same state).
-std::unique_ptr<Trainer> make_fp16_trainer(std::shared_ptr<models::TransformerModel> model, distributed::Gang& gang,
-                                           std::optional<optim::Precision> fallback) {
-  criterions::CriterionOptions co;
+// A trainer with `to`: the default criterion and schedule, adam at lr 1e-3.
+std::unique_ptr<Trainer> adam_trainer(const TrainerOptions& to, std::shared_ptr<models::TransformerModel> model,
+                                      distributed::Gang& gang) {
   optim::OptimizerOptions oo;
   oo.name = "adam";
   oo.lr = 1e-3;
-  optim::LrSchedulerOptions so;
+  return std::make_unique<Trainer>(to, model, criterions::Criterion(criterions::CriterionOptions{}),
+                                   optim::build_optimizer(oo, models::unique_parameters(*model)),
+                                   optim::build_lr_scheduler(optim::LrSchedulerOptions{}), gang);
+}
+
+// fp16 under a loss scaler from `init_scale`, doubled after `window` good updates, down to `min_scale`.
+TrainerOptions fp16_options(double init_scale, int64_t window, double min_scale) {
+  TrainerOptions to;
+  to.precision = optim::Precision::kFloat16;
+  optim::LossScalerOptions lo;
+  lo.init_scale = init_scale;
+  lo.scale_window = window;
+  lo.min_loss_scale = min_scale;
+  to.loss_scaler = lo;
+  return to;
+}
+
+std::unique_ptr<Trainer> make_fp16_trainer(std::shared_ptr<models::TransformerModel> model, distributed::Gang& gang,
+                                           std::optional<optim::Precision> fallback) {
   TrainerOptions to;
   if (fallback) {
-    to.precision = optim::Precision::kFloat16;
-    optim::LossScalerOptions lo;
-    lo.init_scale = 4;
-    lo.scale_window = 100;
-    lo.min_loss_scale = 1.0;
-    to.loss_scaler = lo;
+    to = fp16_options(4, 100, 1.0);
     to.fp16_fallback = fallback;
     to.fp16_fallback_updates = 2;
   }
   to.bucket_cap_mb = 0.01;
-  return std::make_unique<Trainer>(to, model, criterions::Criterion(co),
-                                   optim::build_optimizer(oo, models::unique_parameters(*model)),
-                                   optim::build_lr_scheduler(so), gang);
+  return adam_trainer(to, model, gang);
 }
 
 TEST_P(Training, Fp16FallbackRedoesTheUpdateAtTheMinimumScaleThenReturnsToFp16) {
@@ -825,24 +836,11 @@ TEST_P(Training, AMissingBucketAllReduceNamesItself) {
 // TrainingRun.ShardedOptimizerState... have it on.)
 TEST_P(Training, ShardedOptimizerStateUnderFp16OverflowsEqualsTheUnshardedRun) {
   const auto make = [](std::shared_ptr<FaultyModel> model, distributed::Gang& gang, bool shard) {
-    criterions::CriterionOptions co;
-    optim::OptimizerOptions oo;
-    oo.name = "adam";
-    oo.lr = 1e-3;
-    optim::LrSchedulerOptions so;
-    TrainerOptions to;
-    to.precision = optim::Precision::kFloat16;
-    optim::LossScalerOptions lo;
-    lo.init_scale = 128;
-    lo.scale_window = 2;
-    lo.min_loss_scale = 1e-4;
-    to.loss_scaler = lo;
+    TrainerOptions to = fp16_options(128, 2, 1e-4);
     to.clip_norm = 0.5;
     to.bucket_cap_mb = 0.01;
     to.shard_optimizer_state = shard;
-    return std::make_unique<Trainer>(to, model, criterions::Criterion(co),
-                                     optim::build_optimizer(oo, models::unique_parameters(*model)),
-                                     optim::build_lr_scheduler(so), gang);
+    return adam_trainer(to, model, gang);
   };
   const int steps = 4, overflow_at = 1;
   for (int workers : {2, 3}) {

@@ -186,7 +186,8 @@ std::unique_ptr<data::EpochBatchIterator> train_iterator(const config::Config& c
   itr_options.shard_id = gang.rank();
   itr_options.num_workers = cfg.dataset.num_workers;
   itr_options.buffer_size = std::max<int64_t>(1, cfg.dataset.data_buffer_size);
-  auto load_train = [&cfg, &task_data, filter = train_filter(cfg), batching = batching_options(cfg.dataset, BatchesFor::training)](int64_t shard) {
+  auto load_train = [&cfg, &task_data, filter = train_filter(cfg),
+                     batching = batching_options(cfg.dataset, BatchesFor::training)](int64_t shard) {
     auto set = std::make_shared<data::LanguagePairDataset>(data::LanguagePairDataset::load_combined(
         task_data.paths[static_cast<size_t>(shard)], cfg.dataset.train_subset, task_data.src, task_data.tgt, task_data.src_dict,
         task_data.tgt_dict, cfg.task.upsample_primary, task_data.pair));

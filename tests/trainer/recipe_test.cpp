@@ -172,12 +172,14 @@ TEST_F(Recipes, FairseqsIwsltRecipeRunsAsWritten) {
   EXPECT_NE(r.err.find("example reference: t"), std::string::npos) << r.err;
   EXPECT_NE(r.err.find("| bleu "), std::string::npos) << r.err;
   EXPECT_TRUE(fs::exists(save + "/checkpoint_best.pt"));
-  // Its fairseq-generate line, and the WMT'16 one (beam 4, lenpen 0.6).
+  // Its fairseq-generate line, and the WMT'16 one (beam 4, lenpen 0.6), with the validation's length limit.
   for (const auto& search : std::vector<std::vector<std::string>>{{"--batch-size", "128", "--beam", "5"},
                                                                    {"--beam", "4", "--lenpen", "0.6"}}) {
     std::vector<std::string> gen{program("fairseq-cpp-generate"), bin, "--path", save + "/checkpoint_best.pt"};
     gen.insert(gen.end(), search.begin(), search.end());
-    for (const char* extra : {"--remove-bpe", "--gen-subset", "valid"}) gen.push_back(extra);
+    // A model of one small epoch writes up to the length limit (200 tokens); the eval-bleu line's limit keeps it short.
+    for (const char* extra : {"--remove-bpe", "--gen-subset", "valid", "--max-len-a", "1.2", "--max-len-b", "10"})
+      gen.push_back(extra);
     auto g = run(gen);
     ASSERT_EQ(g.exit_code, 0) << g.err;
     EXPECT_NE(g.out.find("| Generate valid with beam=" + search[search[0] == "--beam" ? 1 : 3] + ": BLEU4 = "),

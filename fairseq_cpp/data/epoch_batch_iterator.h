@@ -41,7 +41,7 @@ struct IteratorState {
   int64_t global_batches = 0;  // batches of the whole (unsharded) epoch list consumed by all workers
   bool shuffle = true;         // whether the epoch's batches are shuffled
   int64_t data_shard = 0;      // the data directory `epoch` reads (0-based): (epoch - 1) mod data_shards
-  int64_t data_shards = 1;     // data directories the epochs rotate over
+  int64_t data_shards = 1;     // data directories the epochs rotate over (0 = not recorded: imported)
 };
 
 // fairseq's rotation over sharded data: epoch `epoch` (1-based) reads directory (epoch - 1) mod

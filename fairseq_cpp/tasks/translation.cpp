@@ -237,7 +237,7 @@ trainer::TrainingState restore(const config::Config& cfg, Resume& resume, traine
   trainer::TrainingState state = trainer::restore_checkpoint(*resume.ckpt, resume.path, trainer, ro);
   resume.ckpt.reset();
   const data::IteratorState& cursor = state.iterator;
-  if (cursor.epoch > 0 && cursor.data_shards != epoch_itr.data_shards())
+  if (cursor.epoch > 0 && cursor.data_shards > 0 && cursor.data_shards != epoch_itr.data_shards())
     raise<UserError>("{} continues epoch {} on data directory {} of {}, but `task.data` {} lists {}; resume with the "
                      "directories it was trained on, or start the data from epoch 1 with "
                      "`checkpoint.reset_dataloader`.",

@@ -27,6 +27,36 @@ checkpoint::StateDict get_dict(const checkpoint::StateDict& dict, const std::str
   return v.toGenericDict();
 }
 
+// A checkpoint that tools/fairseq-import wrote from fairseq's: its weights (loaded already), and as
+// fairseq's own restore does, the update count and best metric unless reset_optimizer, the data
+// position unless reset_dataloader. fairseq's optimizer state is not imported: the optimizer, the
+// learning-rate schedule (at the restored update) and the loss scaler start afresh.
+TrainingState restore_imported(const checkpoint::StateDict& ckpt, const std::string& path, Trainer& trainer,
+                               const RestoreOptions& options) {
+  const checkpoint::StateDict extra = get_dict(ckpt, "extra_state", path);
+  TrainingState state;
+  if (!options.reset_optimizer) {
+    state.num_updates = get_int(extra, "num_updates", path);
+    if (extra.contains("best")) state.best = get(extra, "best", path).toDouble();
+  }
+  if (!options.reset_dataloader && extra.contains("epoch")) {
+    state.iterator.epoch = get_int(extra, "epoch", path);
+    // fairseq counts one worker's batches; ours, all workers' (an epoch's end moves on to the next).
+    const int64_t world = extra.contains("world_size") ? get_int(extra, "world_size", path) : 1;
+    const int64_t done = extra.contains("iterations_in_epoch") ? get_int(extra, "iterations_in_epoch", path) : 0;
+    state.iterator.global_batches = done * std::max<int64_t>(world, 1);
+    state.iterator.data_shards = 0;  // not recorded: the epoch's rotation decides
+  }
+  log::info("checkpoint",
+            "{} was imported from fairseq ({}): its weights{} are restored; the optimizer, its learning-rate "
+            "schedule and the loss scale start afresh",
+            path, get(extra, "imported_from", path).toStringRef(),
+            options.reset_optimizer ? "" : ", update count and best metric");
+  if (Ema* ema = trainer.ema()) ema->restore(checkpoint::model_entry(ckpt, path), 0, path);
+  trainer.set_num_updates(state.num_updates);
+  return state;
+}
+
 }  // namespace
 
 checkpoint::StateDict make_checkpoint(Trainer& trainer, const TrainingState& state, const std::string& config_yaml,
@@ -77,10 +107,11 @@ TrainingState restore_checkpoint(const checkpoint::StateDict& ckpt, const std::s
   checkpoint::load_model_state(trainer.model(), checkpoint::model_entry(ckpt, path), path);
   TrainingState state;
   if (!ckpt.contains("extra_state")) {
-    // A model-only checkpoint (e.g. imported from fairseq): start training from its weights.
+    // A model-only checkpoint: start training from its weights.
     return state;
   }
   checkpoint::StateDict extra = get_dict(ckpt, "extra_state", path);
+  if (extra.contains("imported_from")) return restore_imported(ckpt, path, trainer, options);
   state.num_updates = get_int(extra, "num_updates", path);
   if (get(extra, "has_best", path).toBool()) state.best = get(extra, "best", path).toDouble();
   state.bad_validations = get_int(extra, "bad_validations", path);

@@ -9,6 +9,7 @@
 
 #include <fmt/format.h>
 
+#include "fairseq_cpp/checkpoint/checkpoint.h"
 #include "fairseq_cpp/checkpoint/load_model.h"
 #include "fairseq_cpp/core/errors.h"
 #include "fairseq_cpp/data/dictionary.h"
@@ -66,6 +67,36 @@ TEST_F(FairseqFixture, ExportGivesBackFairseqsFile) {
                     fixture_dir() + "/checkpoint_best.pt", exported});
   EXPECT_EQ(r.exit_code, 0) << r.out << r.err;
   EXPECT_EQ(r.out.rfind("OK: 132 state-dict entries", 0), 0u) << r.out;
+}
+
+// Training goes on from fairseq's checkpoint as fairseq's own restore does: the weights, the update
+// count and the data position (its epoch 7 ended: epoch 8 starts); a fresh optimizer, said so.
+TEST_F(FairseqFixture, TrainingGoesOnFromTheImportedCheckpoint) {
+  const std::string save = dir_->path() + "/goes-on";
+  auto r = testing::run({testing::program("fairseq-cpp-train"), fixture_dir() + "/data-bin", "--arch", "transformer",
+                         "--encoder-layers", "3", "--decoder-layers", "3", "--encoder-embed-dim", "256",
+                         "--decoder-embed-dim", "256", "--encoder-ffn-embed-dim", "1024", "--decoder-ffn-embed-dim",
+                         "1024", "--encoder-attention-heads", "4", "--decoder-attention-heads", "4",
+                         "--share-all-embeddings", "--criterion", "label_smoothed_cross_entropy", "--label-smoothing",
+                         "0.1", "--optimizer", "adam", "--adam-betas", "(0.9, 0.98)", "--lr", "5e-4",
+                         "--lr-scheduler", "inverse_sqrt", "--warmup-updates", "400", "--max-tokens", "4096",
+                         "--max-update", "954", "--restore-file", imported_, "--save-dir", save, "--log-format",
+                         "simple", "--log-interval", "1"});
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_NE(r.err.find("was imported from fairseq (" + fs::absolute(fixture_dir() + "/checkpoint_best.pt").lexically_normal().string() +
+                       "): its weights, update count and best metric are restored; the optimizer"),
+            std::string::npos)
+      << r.err;
+  EXPECT_NE(r.err.find("loaded " + imported_ + " (epoch 7 @ 952 updates)"), std::string::npos) << r.err;
+  EXPECT_NE(r.err.find("epoch 008:     1 / 136 loss="), std::string::npos) << r.err;
+  const checkpoint::StateDict last = checkpoint::load_file(save + "/checkpoint_last.pt");
+  const auto extra = last.at("extra_state").toGenericDict();
+  EXPECT_EQ(extra.at("num_updates").toInt(), 954);
+  EXPECT_EQ(extra.at("train_iterator").toGenericDict().at("epoch").toInt(), 8);
+  // The weights went on from fairseq's (valid loss 4.733 there); fresh ones start near log2(8000) = 13.
+  std::smatch m;
+  ASSERT_TRUE(std::regex_search(r.err, m, std::regex(R"(valid on 'valid' subset \| loss ([0-9.]+))"))) << r.err;
+  EXPECT_LT(std::stod(m[1]), 5.2) << r.err;
 }
 
 TEST_F(FairseqFixture, ChangedBytesAreRefusedByEveryProgramAndTool) {

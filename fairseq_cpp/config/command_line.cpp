@@ -55,9 +55,19 @@ std::string outside_scope(const std::string& flag) {
   return "";
 }
 
-template <typename Named>
-bool has_name(const std::vector<Named>& items, const std::string& name) {
-  return std::any_of(items.begin(), items.end(), [&](const auto& item) { return item.first == name; });
+bool has_switch(const ProgramSpec& spec, const std::string& name) {
+  return std::any_of(spec.switches.begin(), spec.switches.end(), [&](const auto& s) { return s.first == name; });
+}
+
+const Subcommand* find_subcommand(const ProgramSpec& spec, const std::string& name) {
+  for (const auto& sub : spec.subcommands)
+    if (sub.name == name) return &sub;
+  return nullptr;
+}
+
+bool in_key_set(const KeySet& keys, const std::string& key) {
+  const std::string section = key.substr(0, key.find('.'));
+  return std::any_of(keys.begin(), keys.end(), [&](const std::string& k) { return k == key || k == section; });
 }
 
 }  // namespace
@@ -94,7 +104,7 @@ void parse_flag(const ProgramSpec& spec, const std::vector<std::string>& args, s
     name = name.substr(0, eq);
     has_value = true;
   }
-  if (has_name(spec.switches, name)) {
+  if (has_switch(spec, name)) {
     if (has_value) problems.push_back(fmt::format("{}: `--{}` takes no value.", origin, name));
     cl.switches.insert(name);
     return;
@@ -160,7 +170,7 @@ CommandLine parse_command_line(const ProgramSpec& spec, const std::vector<std::s
         problems.push_back(fmt::format("{}: a second config file; `{}` was given already (use overrides instead).",
                                        origin, cl.config_file));
       cl.config_file = arg;
-    } else if (cl.subcommand.empty() && !spec.subcommands.empty() && has_name(spec.subcommands, arg)) {
+    } else if (cl.subcommand.empty() && find_subcommand(spec, arg) != nullptr) {
       cl.subcommand = arg;
     } else if (!spec.positional_key.empty() && !positional_taken) {
       positional_taken = true;
@@ -172,7 +182,7 @@ CommandLine parse_command_line(const ProgramSpec& spec, const std::vector<std::s
   }
   if (!spec.subcommands.empty() && cl.subcommand.empty() && !cl.help) {
     std::string names;
-    for (const auto& s : spec.subcommands) names += fmt::format("{}{}", names.empty() ? "" : ", ", s.first);
+    for (const auto& s : spec.subcommands) names += fmt::format("{}{}", names.empty() ? "" : ", ", s.name);
     problems.push_back(fmt::format("{} needs a subcommand: one of {}.", spec.name, names));
   }
   if (!problems.empty()) throw ConfigError(std::move(problems));
@@ -183,16 +193,65 @@ std::string help_text(const ProgramSpec& spec) {
   std::string out = fmt::format("usage: {}\n\n{}\n", spec.usage, spec.description);
   if (!spec.subcommands.empty()) {
     out += "\nsubcommands:\n";
-    for (const auto& [name, help] : spec.subcommands) out += fmt::format("  {:<24} {}\n", name, help);
+    for (const auto& sub : spec.subcommands) out += fmt::format("  {:<24} {}\n", sub.name, sub.help);
   }
   out += "\noptions:\n";
   out += fmt::format("  {:<24} {}\n", "-h, --help", "show this help and exit");
   out += fmt::format("  {:<24} {}\n", "--dump-config", "print the resolved configuration as YAML and exit");
   out += fmt::format("  {:<24} {}\n", "--debug", "print stack traces with errors");
   for (const auto& [name, help] : spec.switches) out += fmt::format("  {:<24} {}\n", "--" + name, help);
-  out += "\nconfiguration keys (YAML `section: {key: value}`, `section.key=value` or `--flag value`):\n";
-  out += describe_keys(spec.sections);
+  out += fmt::format("\nconfiguration keys that {} reads (YAML `section: {{key: value}}`, `section.key=value` or "
+                     "`--flag value`):\n",
+                     spec.name);
+  out += describe_keys(spec.keys);
+  for (const auto& sub : spec.subcommands) {
+    if (sub.keys.empty()) continue;
+    out += fmt::format("\nkeys that `{} {}` reads as well:\n", spec.name, sub.name);
+    out += describe_keys(sub.keys);
+  }
   return out;
+}
+
+bool reads_key(const ProgramSpec& spec, const std::string& subcommand, const std::string& key) {
+  if (spec.keys.empty() || in_key_set(spec.keys, key)) return true;
+  const Subcommand* sub = find_subcommand(spec, subcommand);
+  return sub != nullptr && in_key_set(sub->keys, key);
+}
+
+namespace {
+
+// " (fairseq-cpp-train and fairseq-cpp-eval validate read it)": the programs of `all` that read `key`.
+std::string readers_of(const std::string& key, const std::vector<const ProgramSpec*>& all) {
+  std::vector<std::string> names;
+  for (const ProgramSpec* program : all) {
+    if (reads_key(*program, "", key)) {
+      names.push_back(program->name);
+      continue;
+    }
+    for (const auto& sub : program->subcommands)
+      if (in_key_set(sub.keys, key)) names.push_back(program->name + " " + sub.name);
+  }
+  if (names.empty()) return "";
+  std::string out = " (";
+  for (size_t i = 0; i < names.size(); ++i)
+    out += (i == 0 ? "" : i + 1 == names.size() ? " and " : ", ") + names[i];
+  return out + (names.size() == 1 ? " reads it)" : " read it)");
+}
+
+}  // namespace
+
+std::vector<std::string> unread_keys(const ProgramSpec& spec, const CommandLine& cl,
+                                     const std::vector<const ProgramSpec*>& all) {
+  std::vector<std::string> problems;
+  for (const Assignment& a : cl.assignments) {
+    const std::string key = canonical_key(a.key);
+    if (key.empty() || reads_key(spec, cl.subcommand, key)) continue;  // an unknown key: load_config says so
+    const std::string program = cl.subcommand.empty() ? spec.name : spec.name + " " + cl.subcommand;
+    const std::string readers = readers_of(key, all);
+    problems.push_back(fmt::format("{}: {} does not read `{}`{}; `{} --help` lists the keys it reads.", a.origin,
+                                   program, key, readers, spec.name));
+  }
+  return problems;
 }
 
 }  // namespace fairseq_cpp::config

@@ -15,14 +15,24 @@
 
 namespace fairseq_cpp::config {
 
+// The keys a program (or one of its subcommands) reads: "section" for every key of a section,
+// "section.key" for one. --help lists them; a key outside them on the command line is refused.
+using KeySet = std::vector<std::string>;
+
+struct Subcommand {
+  std::string name;  // the first bare word, e.g. "validate"
+  std::string help;
+  KeySet keys;  // what it reads beside the program's own keys
+};
+
 struct ProgramSpec {
-  std::string name;                   // "fairseq-cpp-train"
-  std::string usage;                  // "fairseq-cpp-train [CONFIG.yaml] [section.key=value ...] [--flag ...]"
-  std::string description;            // a few lines for --help
-  std::vector<std::string> sections;  // sections that --help lists; empty = all
-  std::string positional_key;         // key that a bare argument sets (e.g. "task.data"); empty = none
-  std::vector<std::pair<std::string, std::string>> switches;     // program flags without a value: name, help
-  std::vector<std::pair<std::string, std::string>> subcommands;  // first bare word: name, help
+  std::string name;            // "fairseq-cpp-train"
+  std::string usage;           // "fairseq-cpp-train [CONFIG.yaml] [section.key=value ...] [--flag ...]"
+  std::string description;     // a few lines for --help
+  KeySet keys;                 // what the program reads; empty = every key
+  std::string positional_key;  // key that a bare argument sets (e.g. "task.data"); empty = none
+  std::vector<std::pair<std::string, std::string>> switches;  // program flags without a value: name, help
+  std::vector<Subcommand> subcommands;
 };
 
 struct CommandLine {
@@ -39,7 +49,15 @@ struct CommandLine {
 // nearest known one, a flag without its value, two config files, ...).
 CommandLine parse_command_line(const ProgramSpec& spec, const std::vector<std::string>& args);
 
-// The full --help text: usage, description, switches, subcommands and every key of spec.sections.
+// The full --help text: usage, description, switches, subcommands and every key the program reads.
 std::string help_text(const ProgramSpec& spec);
+
+// Whether `spec` (with `subcommand`, empty = none) reads `key` ("section.key", aliases resolved).
+bool reads_key(const ProgramSpec& spec, const std::string& subcommand, const std::string& key);
+
+// One line per assignment of `cl` (the command line; a config file may serve several programs) to
+// a key that `spec` does not read, naming the programs of `all` that do read it.
+std::vector<std::string> unread_keys(const ProgramSpec& spec, const CommandLine& cl,
+                                     const std::vector<const ProgramSpec*>& all);
 
 }  // namespace fairseq_cpp::config

@@ -519,21 +519,42 @@ std::string dump_config(const Config& config) {
   return out;
 }
 
+namespace {
+
+// "--post-process, --remove-bpe": a key's flag, then the other spellings it answers to.
+std::string flags_of(const Field& f) {
+  std::string out = "--" + f.flag_name();
+  for (const auto& alias : f.aliases) {
+    if (alias.front() == '_') continue;
+    std::string flag = alias;
+    std::replace(flag.begin(), flag.end(), '_', '-');
+    if (flag != f.flag_name()) out += ", --" + flag;
+  }
+  for (const auto& spelling : f.flag_spellings) out += ", --" + spelling;
+  return out;
+}
+
+}  // namespace
+
 std::string describe_keys(const std::vector<std::string>& wanted) {
   Config defaults;
-  std::vector<Section> sections;
-  for (auto& section : describe(defaults))
-    if (wanted.empty() || std::find(wanted.begin(), wanted.end(), section.name()) != wanted.end())
-      sections.push_back(std::move(section));
+  const std::vector<Section> all = describe(defaults);
+  auto listed = [&](const Section& section, const Field& f) {
+    auto in = [&](const std::string& entry) { return entry == section.name() || entry == section.name() + "." + f.name; };
+    return wanted.empty() || std::any_of(wanted.begin(), wanted.end(), in);
+  };
   size_t width = 0;
-  for (const auto& section : sections)
+  for (const auto& section : all)
     for (const auto& f : section.fields())
-      width = std::max(width, section.name().size() + f.name.size() + f.flag_name().size() + 6);
+      if (listed(section, f)) width = std::max(width, section.name().size() + f.name.size() + flags_of(f).size() + 4);
   std::string out = fmt::format("  {:<{}} {:<11} {:<12} {}\n", "key (flag)", width, "type", "default", "description");
-  for (const auto& section : sections) {
-    out += fmt::format("\n{}: {}\n", section.name(), section.help());
+  for (const auto& section : all) {
+    bool header = false;
     for (const auto& f : section.fields()) {
-      std::string key = fmt::format("{}.{} (--{})", section.name(), f.name, f.flag_name());
+      if (!listed(section, f)) continue;
+      if (!header) out += fmt::format("\n{}: {}\n", section.name(), section.help());
+      header = true;
+      std::string key = fmt::format("{}.{} ({})", section.name(), f.name, flags_of(f));
       std::string rules = rule_text(f);
       if (!f.refusal.empty()) rules += (rules.empty() ? "" : " ") + ("[not implemented: " + f.refusal + "]");
       if (!f.no_effect.empty()) rules += (rules.empty() ? "" : " ") + ("[" + f.no_effect + "]");
@@ -542,6 +563,18 @@ std::string describe_keys(const std::vector<std::string>& wanted) {
     }
   }
   return out;
+}
+
+std::string canonical_key(const std::string& key) {
+  const auto dot = key.find('.');
+  if (dot == std::string::npos) return "";
+  Config defaults;
+  for (const auto& section : describe(defaults)) {
+    if (section.name() != key.substr(0, dot)) continue;
+    const Field* f = section.find(key.substr(dot + 1));
+    return f == nullptr ? "" : section.name() + "." + f->name;
+  }
+  return "";
 }
 
 std::string key_for_flag(const std::string& flag, bool* is_switch, bool* is_list, bool* is_string,

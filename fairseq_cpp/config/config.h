@@ -36,8 +36,9 @@ std::string eval_bleu_detok_language(const std::string& eval_bleu_detok_args);
 // The whole configuration as YAML, every key of every section.
 std::string dump_config(const Config& config);
 
-// The --help listing of the keys of `sections` (all when empty): key, flag, type, default, help.
-std::string describe_keys(const std::vector<std::string>& sections = {});
+// The --help listing of `keys` (entries "section" or "section.key"; every key when empty): key,
+// flag, type, default, help, grouped by section.
+std::string describe_keys(const std::vector<std::string>& keys = {});
 
 // The key that `--flag` sets ("max-tokens" -> "dataset.max_tokens"); empty when none does.
 // `is_switch` is set when the key is a bool that the flag alone turns on, `is_list` when it holds a
@@ -46,6 +47,8 @@ std::string describe_keys(const std::vector<std::string>& sections = {});
 // and `bare` to the value the flag takes when given alone, if it may be (`--remove-bpe` = "@@ ").
 std::string key_for_flag(const std::string& flag, bool* is_switch = nullptr, bool* is_list = nullptr,
                          bool* is_string = nullptr, std::optional<std::string>* bare = nullptr);
+// `key` ("section.key", or a key's alias) as "section.name"; empty when no key answers to it.
+std::string canonical_key(const std::string& key);
 // All flags, for suggestions.
 std::vector<std::string> all_flags();
 

@@ -11,6 +11,7 @@
 #include "fairseq_cpp/core/errors.h"
 #include "fairseq_cpp/core/logging.h"
 #include "fairseq_cpp/core/main.h"
+#include "fairseq_cpp/tasks/programs.h"
 
 namespace fairseq_cpp::tasks {
 namespace {
@@ -37,6 +38,8 @@ int run_program(int argc, char** argv, const config::ProgramSpec& spec, const Pr
       fmt::print("{}", config::help_text(spec));
       return kExitOk;
     }
+    if (auto unread = config::unread_keys(spec, inv.command_line, all_program_specs()); !unread.empty())
+      throw ConfigError(std::move(unread));
     inv.config = config::load_config(inv.command_line.config_file, inv.command_line.assignments);
     if (inv.command_line.dump_config) {
       fmt::print("{}", config::dump_config(inv.config));

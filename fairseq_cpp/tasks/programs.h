@@ -11,6 +11,8 @@ const config::ProgramSpec& generate_spec();
 const config::ProgramSpec& interactive_spec();
 const config::ProgramSpec& eval_spec();
 const config::ProgramSpec& score_spec();
+// Every program's spec, for errors that name the programs reading a key.
+std::vector<const config::ProgramSpec*> all_program_specs();
 
 int train_main(const Invocation& inv);
 int preprocess_main(const Invocation& inv);

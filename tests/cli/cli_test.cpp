@@ -30,14 +30,13 @@ TEST(Cli, EveryProgramAnswersHelp) {
 TEST(Cli, TrainHelpListsEveryKeyWithTypeDefaultAndDescription) {
   auto r = run({program("fairseq-cpp-train"), "--help"});
   ASSERT_EQ(r.exit_code, 0);
-  const auto& wanted = tasks::train_spec().sections;
   config::Config defaults;
   int listed = 0;
   for (const auto& section : config::describe(defaults)) {
-    bool shown = std::find(wanted.begin(), wanted.end(), section.name()) != wanted.end();
     for (const auto& f : section.fields()) {
-      std::string key = section.name() + "." + f.name + " (--" + f.flag_name() + ")";
-      auto at = r.out.find("  " + key + " ");
+      const bool shown = config::reads_key(tasks::train_spec(), "", section.name() + "." + f.name);
+      std::string key = section.name() + "." + f.name + " (--" + f.flag_name();
+      auto at = r.out.find("  " + key);
       if (!shown) {
         EXPECT_EQ(at, std::string::npos) << key << " is not a training key";
         continue;
@@ -54,6 +53,84 @@ TEST(Cli, TrainHelpListsEveryKeyWithTypeDefaultAndDescription) {
   EXPECT_NE(r.out.find("optimization.lr (--lr)"), std::string::npos);
   EXPECT_NE(r.out.find("[0.25]"), std::string::npos);
   EXPECT_NE(r.out.find("checkpoint_last.pt"), std::string::npos);
+}
+
+// Every program (and each of eval's subcommands) lists in --help exactly the keys it reads, and
+// refuses each other key on its command line with a line that names it and who reads it.
+TEST(Cli, EveryProgramListsTheKeysItReadsAndRefusesTheOthers) {
+  struct Case {
+    const char* program;
+    const config::ProgramSpec& spec;
+    std::string subcommand;
+  };
+  const std::vector<Case> cases{{"fairseq-cpp-train", tasks::train_spec(), ""},
+                                {"fairseq-cpp-preprocess", tasks::preprocess_spec(), ""},
+                                {"fairseq-cpp-generate", tasks::generate_spec(), ""},
+                                {"fairseq-cpp-interactive", tasks::interactive_spec(), ""},
+                                {"fairseq-cpp-score", tasks::score_spec(), ""},
+                                {"fairseq-cpp-eval", tasks::eval_spec(), "validate"},
+                                {"fairseq-cpp-eval", tasks::eval_spec(), "score"},
+                                {"fairseq-cpp-eval", tasks::eval_spec(), "average"}};
+  config::Config defaults;
+  const std::vector<config::Section> sections = config::describe(defaults);
+  for (const Case& c : cases) {
+    const std::string name = c.subcommand.empty() ? c.program : std::string(c.program) + " " + c.subcommand;
+    auto help = run({program(c.program), "--help"});
+    ASSERT_EQ(help.exit_code, 0) << name;
+    std::vector<std::string> args;
+    if (!c.subcommand.empty()) args.push_back(c.subcommand);
+    size_t read = 0, unread = 0;
+    for (const auto& section : sections) {
+      for (const auto& f : section.fields()) {
+        const std::string key = section.name() + "." + f.name;
+        const bool listed = help.out.find("\n  " + key + " (--" + f.flag_name()) != std::string::npos;
+        bool anywhere = config::reads_key(c.spec, c.subcommand, key);  // eval's --help lists every subcommand's
+        for (const auto& sub : c.spec.subcommands) anywhere = anywhere || config::reads_key(c.spec, sub.name, key);
+        EXPECT_EQ(listed, anywhere) << name << " --help and " << key;
+        if (config::reads_key(c.spec, c.subcommand, key)) {
+          ++read;
+        } else {
+          ++unread;
+          args.push_back(key + "=1");
+        }
+      }
+    }
+    EXPECT_GT(read, 2u) << name;
+    args.insert(args.end(), {"--dump-config"});
+    std::vector<std::string> argv{program(c.program)};
+    argv.insert(argv.end(), args.begin(), args.end());
+    auto r = run(argv);
+    EXPECT_EQ(r.exit_code, 2) << name;
+    size_t refused = 0;
+    for (size_t at = 0; (at = r.err.find(name + " does not read `", at)) != std::string::npos; ++at) ++refused;
+    EXPECT_EQ(refused, unread) << name << "\n" << r.err.substr(0, 2000);
+  }
+}
+
+TEST(Cli, FlagsOfOtherProgramsAreRefusedNamingWhoReadsThem) {
+  auto score = run({program("fairseq-cpp-score"), "--fp16", "--max-update", "5", "--beam", "3"});
+  EXPECT_EQ(score.exit_code, 2);
+  EXPECT_NE(score.err.find("--fp16 true: fairseq-cpp-score does not read `common.fp16` (fairseq-cpp-train, "
+                           "fairseq-cpp-generate, fairseq-cpp-interactive and fairseq-cpp-eval validate read it); "
+                           "`fairseq-cpp-score --help` lists the keys it reads."),
+            std::string::npos)
+      << score.err;
+  EXPECT_NE(score.err.find("--max-update 5: fairseq-cpp-score does not read `optimization.max_update` "
+                           "(fairseq-cpp-train reads it)"),
+            std::string::npos)
+      << score.err;
+  EXPECT_NE(score.err.find("--beam 3: fairseq-cpp-score does not read `generation.beam`"), std::string::npos)
+      << score.err;
+  auto generate = run({program("fairseq-cpp-generate"), "data", "--lr", "0.1", "--arch", "transformer", "--save-dir", "x"});
+  EXPECT_EQ(generate.exit_code, 2);
+  for (const char* key : {"optimization.lr", "model.arch", "checkpoint.save_dir"})
+    EXPECT_NE(generate.err.find(std::string("fairseq-cpp-generate does not read `") + key + "`"), std::string::npos)
+        << generate.err;
+  // A config file may serve several programs: its keys for others are not refused.
+  TempDir dir;
+  const std::string both = dir.write("both.yaml", "optimization:\n  lr: [0.1]\ngeneration:\n  beam: 3\n");
+  auto file = run({program("fairseq-cpp-score"), both, "--sys", "a", "--ref", "b", "--dump-config"});
+  EXPECT_EQ(file.exit_code, 0) << file.err;
 }
 
 struct BadConfig {
@@ -153,7 +230,7 @@ TEST(Cli, MixedPrecisionWithoutFloat32WeightsIsRefusedNotIgnored) {
   r = run({program("fairseq-cpp-generate"), dir.path(), "--path", "x.pt", "--fp16"});
   EXPECT_EQ(r.exit_code, 2);
   EXPECT_NE(r.err.find("--fp16 applies to training and fairseq-cpp-eval validate"), std::string::npos) << r.err;
-  // fairseq's --memory-efficient-fp16 is a flag here too, refused with its reason, in every program.
+  // fairseq's --memory-efficient-fp16 is a flag here too, refused in training with its reason.
   r = run({program("fairseq-cpp-train"), testing::source_dir() + "/configs/transformer_wmt_en_de.yaml",
            "task.data=" + dir.path(), "--memory-efficient-fp16"});
   EXPECT_EQ(r.exit_code, 2);
@@ -162,7 +239,7 @@ TEST(Cli, MixedPrecisionWithoutFloat32WeightsIsRefusedNotIgnored) {
             "copy are not implemented yet: common.fp16 keeps float32 weights; leave it at false.\n");
   r = run({program("fairseq-cpp-generate"), dir.path(), "--path", "x.pt", "--memory-efficient-bf16"});
   EXPECT_EQ(r.exit_code, 2);
-  EXPECT_NE(r.err.find("`common.memory_efficient_bf16` is true, but bfloat16 weights without a float32 copy"),
+  EXPECT_NE(r.err.find("fairseq-cpp-generate does not read `common.memory_efficient_bf16` (fairseq-cpp-train reads it)"),
             std::string::npos)
       << r.err;
 }

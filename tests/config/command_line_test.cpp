@@ -8,7 +8,7 @@
 namespace fairseq_cpp::config {
 namespace {
 
-ProgramSpec spec_with(std::string positional = "", std::vector<std::pair<std::string, std::string>> subcommands = {}) {
+ProgramSpec spec_with(std::string positional = "", std::vector<Subcommand> subcommands = {}) {
   ProgramSpec spec;
   spec.name = "prog";
   spec.usage = "prog [CONFIG.yaml]";
@@ -159,12 +159,14 @@ TEST(CommandLine, SwitchTakesNoValueAndSubcommandIsRequired) {
 
 TEST(CommandLine, HelpTextListsEveryKeyOfItsSections) {
   ProgramSpec spec = spec_with();
-  spec.sections = {"generation"};
+  spec.keys = {"generation", "common_eval.post_process"};
   std::string help = help_text(spec);
   EXPECT_NE(help.find("usage: prog [CONFIG.yaml]"), std::string::npos);
   EXPECT_NE(help.find("--dry-run-distributed"), std::string::npos);
   EXPECT_NE(help.find("generation.beam (--beam)"), std::string::npos);
   EXPECT_EQ(help.find("optimization.lr"), std::string::npos);
+  EXPECT_EQ(help.find("common_eval.path"), std::string::npos);  // one key of a section, not its others
+  EXPECT_NE(help.find("common_eval.post_process (--post-process, --remove-bpe)"), std::string::npos) << help;
 }
 
 }  // namespace

@@ -24,6 +24,7 @@
 #include <torch/serialize.h>
 #include <torch/torch.h>
 
+#include "fairseq_cpp/checkpoint/fairseq_checkpoint.h"
 #include "fairseq_cpp/checkpoint/integrity.h"
 #include "fairseq_cpp/config/config.h"
 #include "fairseq_cpp/core/errors.h"
@@ -126,19 +127,6 @@ void write_archive(int fd, const StateDict& state, const std::string& path) {
   }
   if (write_error) std::rethrow_exception(write_error);
   digest.finish();
-}
-
-// Whether the file's bytes contain `needle` (read in 1 MiB blocks that overlap by its length).
-bool file_contains(const std::string& path, std::string_view needle) {
-  std::ifstream in(path, std::ios::binary);
-  std::string window;
-  std::vector<char> block(1 << 20);
-  while (in.read(block.data(), static_cast<std::streamsize>(block.size())) || in.gcount() > 0) {
-    window.append(block.data(), static_cast<size_t>(in.gcount()));
-    if (window.find(needle) != std::string::npos) return true;
-    window.erase(0, window.size() > needle.size() ? window.size() - needle.size() : 0);
-  }
-  return false;
 }
 
 // The unpickler sizes a storage by the element count that the pickle claims, not by its record's
@@ -309,14 +297,14 @@ StateDict load_file(const std::string& path, Reading reading) {
     caffe2::serialize::PyTorchStreamReader reader(path);
     if (reading == Reading::kMapped) map_storages(path, record_sizes, reader, *storages);
     const auto [pickle, pickle_size] = reader.getRecord("data.pkl");
-    check_pickle(path, static_cast<const unsigned char*>(pickle.get()), pickle_size);
+    const auto* pickle_bytes = static_cast<const unsigned char*>(pickle.get());
+    check_pickle(path, pickle_bytes, pickle_size);
+    if (is_fairseq_pickle(pickle_bytes, pickle_size))
+      return read_fairseq_checkpoint(path, reader, pickle_bytes, pickle_size,
+                                     reading == Reading::kMapped ? storages.get() : nullptr);
     value = torch::jit::readArchiveAndTensors("data", "", "", c10::nullopt, c10::nullopt, c10::nullopt, reader,
                                               torch::jit::Unpickler::defaultTypeParser, storages);
   } catch (const c10::Error& e) {
-    // fairseq's files pickle an argparse Namespace and meters that LibTorch cannot read.
-    if (file_contains(path, "optimizer_history")) {
-      raise<DataError>("{} is a fairseq checkpoint; convert it first: tools/fairseq-import {} OUT.pt", path, path);
-    }
     raise<DataError>("{} is truncated or not a fairseq-cpp checkpoint: {}", path,
                      one_line(core::torch_message(e.what_without_backtrace())));  // names from the pickle
   } catch (const Error&) {
@@ -332,9 +320,6 @@ StateDict load_file(const std::string& path, Reading reading) {
   check_tensor_views(path, value);
   if (!value.isGenericDict()) raise<DataError>("{} is not a fairseq-cpp checkpoint: the top level is not a dict", path);
   StateDict state = value.toGenericDict();
-  if (state.contains("args") || state.contains("optimizer_history")) {
-    raise<DataError>("{} is a fairseq checkpoint; convert it first: tools/fairseq-import {} OUT.pt", path, path);
-  }
   for (const char* key : {kModelKey, kConfigKey}) {
     if (!state.contains(key)) raise<DataError>("{} is not a fairseq-cpp checkpoint: no `{}` entry", path, key);
   }

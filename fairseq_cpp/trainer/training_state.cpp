@@ -4,6 +4,8 @@
 #include <ATen/core/Dict.h>
 #include <ATen/core/ivalue.h>
 
+#include <filesystem>
+
 #include "fairseq_cpp/core/errors.h"
 #include "fairseq_cpp/core/logging.h"
 
@@ -47,10 +49,11 @@ TrainingState restore_imported(const checkpoint::StateDict& ckpt, const std::str
     state.iterator.global_batches = done * std::max<int64_t>(world, 1);
     state.iterator.data_shards = 0;  // not recorded: the epoch's rotation decides
   }
+  const std::string& from = get(extra, "imported_from", path).toStringRef();
   log::info("checkpoint",
-            "{} was imported from fairseq ({}): its weights{} are restored; the optimizer, its learning-rate "
-            "schedule and the loss scale start afresh",
-            path, get(extra, "imported_from", path).toStringRef(),
+            "{} {}: its weights{} are restored; the optimizer, its learning-rate schedule and the loss scale start "
+            "afresh",
+            path, std::filesystem::absolute(path).lexically_normal() == from ? "is fairseq's" : "was imported from fairseq (" + from + ")",
             options.reset_optimizer ? "" : ", update count and best metric");
   if (Ema* ema = trainer.ema()) ema->restore(checkpoint::model_entry(ckpt, path), 0, path);
   trainer.set_num_updates(state.num_updates);

@@ -11,6 +11,7 @@
 
 #include "fairseq_cpp/checkpoint/checkpoint.h"
 #include "fairseq_cpp/checkpoint/load_model.h"
+#include "fairseq_cpp/config/config.h"
 #include "fairseq_cpp/core/errors.h"
 #include "fairseq_cpp/data/dictionary.h"
 #include "tests/support/imported_checkpoint.h"
@@ -46,8 +47,9 @@ TEST_F(FairseqFixture, ImportedModelHasFairseqsParametersExactly) {
 }
 
 TEST_F(FairseqFixture, ValidateReproducesFairseqsValidationLoss) {
+  // fairseq's own file, read as it is.
   auto r = testing::run({testing::program("fairseq-cpp-eval"), "validate", fixture_dir() + "/data-bin", "--path",
-                         imported_, "--valid-subset", "valid", "--max-tokens", "4096"});
+                         fixture_dir() + "/checkpoint_best.pt", "--valid-subset", "valid", "--max-tokens", "4096"});
   ASSERT_EQ(r.exit_code, 0) << r.err;
   std::smatch m;
   ASSERT_TRUE(std::regex_search(r.out, m, std::regex(R"(loss ([0-9.]+) \| nll_loss ([0-9.]+) \| ppl ([0-9.]+))")))
@@ -69,10 +71,48 @@ TEST_F(FairseqFixture, ExportGivesBackFairseqsFile) {
   EXPECT_EQ(r.out.rfind("OK: 132 state-dict entries", 0), 0u) << r.out;
 }
 
-// Training goes on from fairseq's checkpoint as fairseq's own restore does: the weights, the update
+// fairseq's file read directly (the restricted pickle machine) is the file tools/fairseq-import
+// writes: every parameter to the bit, the same configuration and the same training position.
+TEST_F(FairseqFixture, FairseqsFileReadsAsTheImportedOne) {
+  const checkpoint::StateDict direct = checkpoint::load_file(fixture_dir() + "/checkpoint_best.pt");
+  const checkpoint::StateDict imported = checkpoint::load_file(imported_);
+  const auto a = checkpoint::model_entry(direct, "direct"), b = checkpoint::model_entry(imported, "imported");
+  EXPECT_GT(a.size(), 100u);
+  ASSERT_EQ(a.size(), b.size());
+  for (const auto& item : b) {
+    ASSERT_TRUE(a.contains(item.key())) << item.key();
+    EXPECT_TRUE(torch::equal(a.at(item.key()), item.value())) << item.key();
+    EXPECT_EQ(a.at(item.key()).scalar_type(), torch::kFloat) << item.key();
+  }
+  EXPECT_EQ(config::dump_config(checkpoint::config_entry(direct, "direct")),
+            config::dump_config(checkpoint::config_entry(imported, "imported")));
+  const auto x = direct.at("extra_state").toGenericDict(), y = imported.at("extra_state").toGenericDict();
+  for (const char* key : {"imported_from", "num_updates", "epoch", "iterations_in_epoch", "world_size", "best"}) {
+    ASSERT_TRUE(x.contains(key) && y.contains(key)) << key;
+    EXPECT_EQ(x.at(key), y.at(key)) << key;
+  }
+  EXPECT_EQ(x.at("num_updates").toInt(), 952);
+  EXPECT_EQ(x.at("iterations_in_epoch").toInt(), 136);
+}
+
+// fairseq-cpp-eval average takes fairseq's file too (its tensors mapped from the file; the shared
+// embedding read under both names): averaged with its own import, every parameter is unchanged.
+TEST_F(FairseqFixture, AveragingFairseqsFileWithItsImportGivesItBack) {
+  const std::string out = dir_->path() + "/averaged.pt";
+  auto r = testing::run({testing::program("fairseq-cpp-eval"), "average", "--inputs",
+                         fixture_dir() + "/checkpoint_best.pt", imported_, "--output", out});
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  const auto averaged = checkpoint::model_entry(checkpoint::load_file(out), out);
+  const auto imported = checkpoint::model_entry(checkpoint::load_file(imported_), imported_);
+  ASSERT_EQ(averaged.size(), imported.size());
+  for (const auto& item : imported) EXPECT_TRUE(torch::equal(averaged.at(item.key()), item.value())) << item.key();
+}
+
+// Training goes on from fairseq's checkpoint (read as it is) as fairseq's own restore does: the weights, the update
 // count and the data position (its epoch 7 ended: epoch 8 starts); a fresh optimizer, said so.
-TEST_F(FairseqFixture, TrainingGoesOnFromTheImportedCheckpoint) {
+TEST_F(FairseqFixture, TrainingGoesOnFromFairseqsCheckpoint) {
   const std::string save = dir_->path() + "/goes-on";
+  const std::string fairseq = fs::absolute(fixture_dir() + "/checkpoint_best.pt").lexically_normal().string();
   auto r = testing::run({testing::program("fairseq-cpp-train"), fixture_dir() + "/data-bin", "--arch", "transformer",
                          "--encoder-layers", "3", "--decoder-layers", "3", "--encoder-embed-dim", "256",
                          "--decoder-embed-dim", "256", "--encoder-ffn-embed-dim", "1024", "--decoder-ffn-embed-dim",
@@ -80,14 +120,14 @@ TEST_F(FairseqFixture, TrainingGoesOnFromTheImportedCheckpoint) {
                          "--share-all-embeddings", "--criterion", "label_smoothed_cross_entropy", "--label-smoothing",
                          "0.1", "--optimizer", "adam", "--adam-betas", "(0.9, 0.98)", "--lr", "5e-4",
                          "--lr-scheduler", "inverse_sqrt", "--warmup-updates", "400", "--max-tokens", "4096",
-                         "--max-update", "954", "--restore-file", imported_, "--save-dir", save, "--log-format",
+                         "--max-update", "954", "--restore-file", fairseq, "--save-dir", save, "--log-format",
                          "simple", "--log-interval", "1"});
   ASSERT_EQ(r.exit_code, 0) << r.err;
-  EXPECT_NE(r.err.find("was imported from fairseq (" + fs::absolute(fixture_dir() + "/checkpoint_best.pt").lexically_normal().string() +
-                       "): its weights, update count and best metric are restored; the optimizer"),
+  EXPECT_NE(r.err.find(fairseq + " is fairseq's: its weights, update count and best metric are restored; the "
+                                 "optimizer, its learning-rate schedule and the loss scale start afresh"),
             std::string::npos)
       << r.err;
-  EXPECT_NE(r.err.find("loaded " + imported_ + " (epoch 7 @ 952 updates)"), std::string::npos) << r.err;
+  EXPECT_NE(r.err.find("loaded " + fairseq + " (epoch 7 @ 952 updates)"), std::string::npos) << r.err;
   EXPECT_NE(r.err.find("epoch 008:     1 / 136 loss="), std::string::npos) << r.err;
   const checkpoint::StateDict last = checkpoint::load_file(save + "/checkpoint_last.pt");
   const auto extra = last.at("extra_state").toGenericDict();
@@ -139,13 +179,8 @@ TEST_F(FairseqFixture, ChangedBytesAreRefusedByEveryProgramAndTool) {
 TEST(FairseqFiles, BadInputsGetOneLineErrorsAndExitCode2) {
   testing::TempDir dir;
   const std::string fairseq_file = fixture_dir() + "/checkpoint_best.pt";
-  // A fairseq checkpoint given straight to fairseq-cpp: told to convert it.
-  auto r = testing::run({testing::program("fairseq-cpp-eval"), "validate", fixture_dir() + "/data-bin", "--path",
-                         fairseq_file, "--max-tokens", "4096"});
-  EXPECT_EQ(r.exit_code, 2) << r.err;
-  EXPECT_NE(r.err.find("tools/fairseq-import"), std::string::npos) << r.err;
   // No checkpoint at all.
-  r = testing::run(
+  auto r = testing::run(
       {testing::program("fairseq-cpp-eval"), "validate", fixture_dir() + "/data-bin", "--max-tokens", "4096"});
   EXPECT_EQ(r.exit_code, 2) << r.err;
   EXPECT_NE(r.err.find("--path"), std::string::npos) << r.err;
@@ -157,14 +192,16 @@ TEST(FairseqFiles, BadInputsGetOneLineErrorsAndExitCode2) {
   EXPECT_NE(r.err.find(cut), std::string::npos) << r.err;
   EXPECT_EQ(std::count(r.err.begin(), r.err.end(), '\n'), 1) << r.err;
   EXPECT_FALSE(fs::exists(dir.path() + "/out.pt"));
-  // A file whose pickle would run a command: both tools refuse it, and the command never runs.
+  // A file whose pickle would run a command: both tools and the programs refuse it, and the command
+  // never runs.
   const std::string evil = dir.path() + "/evil.pt", marker = dir.path() + "/marker";
   const char* make_evil =
       "import os, sys, torch\n"
       "class Evil:\n"
       "    def __reduce__(self):\n"
       "        return (os.system, ('touch ' + sys.argv[2],))\n"
-      "torch.save({'model': {'w': torch.zeros(2)}, 'cfg': '', 'args': Evil()}, sys.argv[1])\n";
+      "torch.save({'model': {'w': torch.zeros(2)}, 'cfg': '', 'args': Evil(), 'optimizer_history': []},\n"
+      "           sys.argv[1])\n";
   r = testing::run({testing::python_executable(), "-c", make_evil, evil, marker});
   ASSERT_EQ(r.exit_code, 0) << r.err;
   ASSERT_FALSE(fs::exists(marker));
@@ -175,6 +212,10 @@ TEST(FairseqFiles, BadInputsGetOneLineErrorsAndExitCode2) {
     EXPECT_FALSE(fs::exists(marker)) << tool << " ran the file's command";
     EXPECT_FALSE(fs::exists(dir.path() + "/out.pt"));
   }
+  r = testing::run({testing::program("fairseq-cpp-eval"), "validate", fixture_dir() + "/data-bin", "--path", evil});
+  EXPECT_EQ(r.exit_code, 2) << r.err;
+  EXPECT_NE(r.err.find(evil + ": data.pkl: refusing the global posix.system"), std::string::npos) << r.err;
+  EXPECT_FALSE(fs::exists(marker)) << "fairseq-cpp-eval ran the file's command";
   // Not a checkpoint at all, to the exporter.
   const std::string text = dir.write("text.pt", "hello\n");
   r = testing::run_tool("fairseq-export", {text, dir.path() + "/out.pt"});

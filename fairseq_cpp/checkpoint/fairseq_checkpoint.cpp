@@ -67,6 +67,7 @@ Args fairseq_args(const PyValue& root, const std::string& path) {
     const PyValue* section = plain(cfg->get(group));
     if (section != nullptr && !is_none(plain(section->get("_name")))) out[name] = plain(section->get("_name"));
   }
+  if (out.count("max_sentences") == 0 && out.count("batch_size") > 0) out["max_sentences"] = out["batch_size"];  // 0.12
   const PyValue* model = plain(cfg->get("model"));
   if (out.count("arch") == 0 && model != nullptr) {
     const PyValue* arch = plain(model->get("arch"));
@@ -346,9 +347,12 @@ StateDict extra_state(const PyValue& root, const Args& args, const std::string& 
   extra.insert("epoch", int_or(iterator == nullptr ? nullptr : iterator->get("epoch"), 0));
   extra.insert("iterations_in_epoch", int_or(iterator == nullptr ? nullptr : iterator->get("iterations_in_epoch"), 0));
   extra.insert("world_size", std::max<int64_t>(1, int_or(arg(args, "distributed_world_size"), 1)));
+  // The best metric: a number, or a tensor of one (a numpy scalar is not decoded: it is left out).
   const PyValue* best = fairseq_extra == nullptr ? nullptr : plain(fairseq_extra->get("best"));
   if (best != nullptr && (best->kind == Kind::kFloat || best->kind == Kind::kInt))
     extra.insert("best", best->kind == Kind::kFloat ? best->number : static_cast<double>(best->integer));
+  if (best != nullptr && best->kind == Kind::kTensor && best->tensor.numel() == 1)
+    extra.insert("best", best->tensor.to(at::kDouble).item<double>());
   return extra;
 }
 

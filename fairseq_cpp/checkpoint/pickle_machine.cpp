@@ -75,6 +75,9 @@ PyRef make_text(Kind kind, std::string text) {
 bool allowed_global(const std::string& module, const std::string& name) {
   const std::string top = module.substr(0, module.find('.'));
   if (top == "fairseq" || top == "omegaconf") return true;  // stand-ins that keep their state
+  // A numpy scalar (fairseq 0.12's meters and val_loss may be one): kept as stand-ins, never made.
+  if ((module == "numpy.core.multiarray" || module == "numpy._core.multiarray") && name == "scalar") return true;
+  if ((module == "numpy" && name == "dtype") || (module == "_codecs" && name == "encode")) return true;
   if (module == "torch" && name.size() > 7 && name.compare(name.size() - 7, 7, "Storage") == 0) return true;
   static const char* const kAllowed[][2] = {{"collections", "OrderedDict"},
                                             {"argparse", "Namespace"},

@@ -3,8 +3,8 @@
 // cannot read (it turns collections.OrderedDict into None, has no APPEND, takes LONG1 only 8 bytes
 // long). It calls nothing: the few globals a checkpoint's data needs become plain values
 // (collections.OrderedDict a dict, torch.Size a tuple, torch._utils._rebuild_tensor_v2 a view of its
-// storage, argparse.Namespace and any fairseq or omegaconf class an object that keeps its state),
-// and any other global is refused, as tools/restricted_load.py refuses it.
+// storage, argparse.Namespace, any fairseq or omegaconf class and a numpy scalar an object that
+// keeps its state), and any other global is refused.
 
 #include <cstdint>
 #include <functional>

@@ -95,6 +95,40 @@ TEST_F(FairseqFixture, FairseqsFileReadsAsTheImportedOne) {
   EXPECT_EQ(x.at("iterations_in_epoch").toInt(), 136);
 }
 
+// fairseq 0.12's layout (tests/checkpoint/make_fairseq012.py writes the fixture's model as 0.12 saves
+// it: `cfg` a dict of sections, the model's arguments a Namespace, the tied output projection in the
+// state dict, numpy scalars and a tensor in extra_state) reads as the v0.9 file and validates alike.
+TEST_F(FairseqFixture, AFairseq012FileReadsAsTheV09OneAndValidatesAlike) {
+  const std::string v012 = dir_->path() + "/v012.pt", v09 = fixture_dir() + "/checkpoint_best.pt";
+  auto made = testing::run(
+      {testing::python_executable(), testing::source_dir() + "/tests/checkpoint/make_fairseq012.py", v09, v012});
+  ASSERT_EQ(made.exit_code, 0) << made.err;
+  const checkpoint::StateDict direct = checkpoint::load_file(v012), reference = checkpoint::load_file(v09);
+  const auto a = checkpoint::model_entry(direct, v012), b = checkpoint::model_entry(reference, v09);
+  EXPECT_EQ(a.size(), b.size());  // the tied output projection is the embedding, not a parameter of its own
+  for (const auto& item : b) {
+    ASSERT_TRUE(a.contains(item.key())) << item.key();
+    EXPECT_TRUE(torch::equal(a.at(item.key()), item.value())) << item.key();
+  }
+  const config::Config x = checkpoint::config_entry(direct, v012), y = checkpoint::config_entry(reference, v09);
+  EXPECT_EQ(x.model.arch, y.model.arch);
+  EXPECT_EQ(x.model.encoder_layers, y.model.encoder_layers);
+  EXPECT_EQ(x.model.share_all_embeddings, y.model.share_all_embeddings);
+  EXPECT_EQ(x.criterion.label_smoothing, y.criterion.label_smoothing);
+  EXPECT_EQ(x.optimizer.adam_betas, (std::vector<double>{0.9, 0.98}));
+  EXPECT_EQ(x.task.source_lang, "en");
+  const auto extra = direct.at("extra_state").toGenericDict();
+  EXPECT_EQ(extra.at("num_updates").toInt(), 952);
+  EXPECT_EQ(extra.at("epoch").toInt(), 7);
+  // best was written as a float32 tensor: the v0.9 file's value rounded to float32.
+  const double best = reference.at("extra_state").toGenericDict().at("best").toDouble();
+  EXPECT_DOUBLE_EQ(extra.at("best").toDouble(), static_cast<double>(static_cast<float>(best)));
+  auto r = testing::run({testing::program("fairseq-cpp-eval"), "validate", fixture_dir() + "/data-bin", "--path", v012,
+                         "--valid-subset", "valid", "--max-tokens", "4096"});
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_NE(r.out.find("loss 4.733"), std::string::npos) << r.out;
+}
+
 // fairseq-cpp-eval average takes fairseq's file too (its tensors mapped from the file; the shared
 // embedding read under both names): averaged with its own import, every parameter is unchanged.
 TEST_F(FairseqFixture, AveragingFairseqsFileWithItsImportGivesItBack) {

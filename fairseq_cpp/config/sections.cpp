@@ -299,6 +299,11 @@ void describe(GenerationConfig& c, Section& s) {
   s.add("retain_dropout", &c.retain_dropout,
         "keep dropout active at inference, as in training (the model's dropout probabilities; outputs vary with "
         "common.seed)");
+  s.add("constraints", &c.constraints,
+        "interactive: lexically constrained decoding; each input line is the source, then TAB-separated target "
+        "phrases that every output must hold, in their order (ordered; the value alone) or in any (unordered)")
+      .one_of({"", "ordered", "unordered"})
+      .when_bare("ordered");
 }
 
 void describe(PreprocessConfig& c, Section& s) {
@@ -512,6 +517,14 @@ void check_generation(const Config& cfg, std::vector<std::string>& errors) {
     errors.push_back(
         "`generation.match_source_len` must be false with `generation.sampling`, which chooses another search, but "
         "is true instead.");
+  }
+  // fairseq: "--constraints only works with --beam search" (LexicallyConstrainedBeamSearch).
+  if (!gen.constraints.empty() && (gen.sampling || gen.diverse_beam_groups > 0 || gen.match_source_len)) {
+    errors.push_back("`generation.constraints` must be empty (off) with `generation." +
+                     std::string(gen.sampling                  ? "sampling"
+                                 : gen.diverse_beam_groups > 0 ? "diverse_beam_groups"
+                                                               : "match_source_len") +
+                     "`: constrained decoding is a beam search of its own, but is " + gen.constraints + " instead.");
   }
 }
 

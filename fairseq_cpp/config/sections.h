@@ -266,6 +266,8 @@ struct GenerationConfig {
   std::string quantize = "none";
   // keep dropout active at inference (fairseq's --retain-dropout): outputs then vary with the seed
   bool retain_dropout = false;
+  // interactive's lexically constrained decoding: ordered | unordered; empty = off
+  std::string constraints;
 };
 // replace_unk's value for `--replace-unk` alone: copy the aligned source word.
 inline constexpr const char* kCopySourceWord = "copy";

@@ -56,12 +56,17 @@ std::vector<int64_t> part_rows(const Part& part, int64_t batch_rows) {
 
 Hypotheses search_part(const SequenceGenerator& generator, models::EncoderDecoderModel& model,
                        const SearchBatch& batch, const Part& part) {
-  if (part.parts == 1) return generator.generate(model, batch.src_tokens, batch.src_lengths, batch.prefix_tokens);
-  at::Tensor rows = torch::tensor(part_rows(part, batch.src_tokens.size(0)), torch::kInt64);
+  if (part.parts == 1)
+    return generator.generate(model, batch.src_tokens, batch.src_lengths, batch.prefix_tokens, batch.constraints);
+  const std::vector<int64_t> picked = part_rows(part, batch.src_tokens.size(0));
+  at::Tensor rows = torch::tensor(picked, torch::kInt64);
+  std::vector<Constraints> constraints;
+  if (!batch.constraints.empty())
+    for (int64_t r : picked) constraints.push_back(batch.constraints[static_cast<size_t>(r)]);
   // The part keeps the batch's width, so max_len_a * width is the batch's limit.
   return generator.generate(
       model, batch.src_tokens.index_select(0, rows), batch.src_lengths.index_select(0, rows),
-      batch.prefix_tokens.defined() ? batch.prefix_tokens.index_select(0, rows) : batch.prefix_tokens);
+      batch.prefix_tokens.defined() ? batch.prefix_tokens.index_select(0, rows) : batch.prefix_tokens, constraints);
 }
 
 // The workers' shared state: a queue of parts, their results, the first error.
@@ -175,7 +180,7 @@ void search_batches(const SequenceGenerator& generator, models::EncoderDecoderMo
   if (workers <= 1 || parts.size() < static_cast<size_t>(workers) || !batches.front().src_tokens.device().is_cpu()) {
     for (size_t i = 0; i < batches.size(); ++i) {
       const SearchBatch& b = batches[i];
-      done(i, generator.generate(model, b.src_tokens, b.src_lengths, b.prefix_tokens));
+      done(i, generator.generate(model, b.src_tokens, b.src_lengths, b.prefix_tokens, b.constraints));
     }
     return;
   }

@@ -29,6 +29,7 @@ struct SearchBatch {
   at::Tensor src_tokens;     // (B, S) as collated
   at::Tensor src_lengths;    // (B)
   at::Tensor prefix_tokens;  // (B, P) or undefined
+  std::vector<Constraints> constraints;  // per sentence (lexically constrained search), or empty
 };
 
 using Hypotheses = std::vector<std::vector<Hypothesis>>;  // per sentence, best first

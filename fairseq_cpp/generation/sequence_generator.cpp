@@ -105,6 +105,7 @@ GeneratorOptions generator_options(const config::GenerationConfig& g, uint64_t s
   o.seed = seed;
   o.need_attn = !g.print_alignment.empty() || !g.replace_unk.empty();
   o.retain_dropout = g.retain_dropout;
+  o.ordered_constraints = g.constraints != "unordered";
   return o;
 }
 
@@ -152,14 +153,17 @@ struct SequenceGenerator::Search {
   std::vector<std::vector<Hypothesis>> finalized;  // per sentence of the batch as given
   std::vector<bool> finished;
   int64_t num_remaining = 0;
+  // Lexically constrained search: each live sentence's hypotheses' states, and its candidates'.
+  bool constrained = false;
+  std::vector<std::vector<ConstraintState>> constraint_states, candidate_states;
 };
 
 // Encode once. Step 0 decodes one row per sentence (its K hypotheses are all "</s>"), so the
 // cross-attention keys/values are projected for B rows, not B * K; step 1 expands every cache
 // and the encoder states to K rows per sentence.
 SequenceGenerator::Search SequenceGenerator::start(models::EncoderDecoderModel& model, const at::Tensor& src_tokens,
-                                                   const at::Tensor& src_lengths,
-                                                   const at::Tensor& prefix_tokens) const {
+                                                   const at::Tensor& src_lengths, const at::Tensor& prefix_tokens,
+                                                   const std::vector<Constraints>& constraints) const {
   Search s;
   const int64_t beam = options_.beam;
   s.bsz = src_tokens.size(0);
@@ -188,6 +192,16 @@ SequenceGenerator::Search SequenceGenerator::start(models::EncoderDecoderModel& 
   s.finalized.resize(static_cast<size_t>(s.bsz));
   s.finished.assign(static_cast<size_t>(s.bsz), false);
   s.num_remaining = s.bsz;
+  if (!constraints.empty()) {
+    if (static_cast<int64_t>(constraints.size()) != s.bsz)
+      raise<OperationalError>("{} sentences but constraints for {}", s.bsz, constraints.size());
+    if (options_.sampling || options_.diverse_beam_groups > 0)
+      raise<UserError>("constraints need plain beam search, not sampling or diverse beam search");
+    s.constrained = true;
+    for (const Constraints& c : constraints)
+      s.constraint_states.emplace_back(static_cast<size_t>(beam),
+                                       ConstraintState::start(c, options_.ordered_constraints));
+  }
   return s;
 }
 
@@ -290,6 +304,14 @@ Candidates SequenceGenerator::candidates(Search& s, int64_t step, const at::Tens
   if (options_.diverse_beam_groups > 0)
     return diverse_beam_search_step(step, lprobs3, cumulative, options_.diverse_beam_groups,
                                     options_.diverse_beam_strength);
+  if (s.constrained) {
+    // A hypothesis that reaches the longest output ends there, met or not (fairseq stops with an
+    // assertion instead).
+    ConstrainedCandidates c =
+        constrained_beam_search_step(step, lprobs3, cumulative, s.constraint_states, vocab_.eos, step < s.max_len);
+    s.candidate_states = std::move(c.states);
+    return std::move(c.candidates);
+  }
   return beam_search_step(step, lprobs3, cumulative);
 }
 
@@ -362,6 +384,34 @@ std::vector<int64_t> SequenceGenerator::finalize(Search& s, int64_t step, const 
   return newly_finished;
 }
 
+// Constrained search: the rows (sentences of this step's batch) whose candidates are all -inf, and
+// the sentences they are: hypotheses that cannot meet their constraints can end no other way.
+std::vector<int64_t> SequenceGenerator::dead_ends(const Search& s, const Candidates& cand) const {
+  const at::Tensor best = std::get<0>(cand.scores.max(1)).to(torch::kCPU).contiguous();
+  std::vector<int64_t> rows;
+  for (int64_t r = 0; r < best.size(0); ++r)
+    if (best.data_ptr<float>()[r] == kNegInf) rows.push_back(r);
+  if (rows.empty()) return rows;
+  std::vector<int64_t> sentence_of;  // row -> sentence, before this step finalizes any
+  for (size_t k = 0; k < s.finished.size(); ++k)
+    if (!s.finished[k]) sentence_of.push_back(static_cast<int64_t>(k));
+  std::vector<int64_t> out;
+  for (int64_t r : rows) out.insert(out.end(), {r, sentence_of[static_cast<size_t>(r)]});
+  return out;
+}
+
+// The sentences of `dead` (row, sentence pairs) that are not done yet are done with the hypotheses
+// they have (fairseq's search runs on to the maximum length and stops with an assertion).
+void SequenceGenerator::give_up(Search& s, const std::vector<int64_t>& dead, std::vector<int64_t>& done) const {
+  for (size_t i = 0; i + 1 < dead.size(); i += 2) {
+    const auto sentence = static_cast<size_t>(dead[i + 1]);
+    if (s.finished[sentence]) continue;
+    s.finished[sentence] = true;
+    done.push_back(dead[i]);
+    --s.num_remaining;
+  }
+}
+
 // Drops the sentences `done` (rows of this step's batch) from the search and the candidates.
 void SequenceGenerator::drop_sentences(Search& s, Candidates& cand, at::Tensor& eos_mask,
                                        const std::vector<int64_t>& done) const {
@@ -378,6 +428,13 @@ void SequenceGenerator::drop_sentences(Search& s, Candidates& cand, at::Tensor& 
   if (s.prefix_tokens.defined()) s.prefix_tokens = s.prefix_tokens.index_select(0, kept);
   s.source_lengths = s.source_lengths.index_select(0, kept);
   s.blacklist = s.blacklist.index_select(0, kept);
+  if (s.constrained) {
+    const at::Tensor rows = kept.to(torch::kCPU).contiguous();
+    std::vector<std::vector<ConstraintState>> states;
+    for (int64_t i = 0; i < rows.numel(); ++i)
+      states.push_back(std::move(s.candidate_states[static_cast<size_t>(rows.data_ptr<int64_t>()[i])]));
+    s.candidate_states = std::move(states);
+  }
   // (B * K, L) -> (B, K * L), keep rows -> (B' * K, L)
   s.scores = s.scores.view({s.bsz, -1}).index_select(0, kept).view({new_bsz * beam, -1});
   s.tokens = s.tokens.view({s.bsz, -1}).index_select(0, kept).view({new_bsz * beam, -1});
@@ -408,17 +465,28 @@ void SequenceGenerator::advance(Search& s, const Candidates& cand, at::Tensor& e
   s.scores.select(1, step).copy_(active_scores);
   if (s.attn.defined()) s.attn = keep_rows(s.attn, active_bbsz_idx, step + 1);
   s.reorder_state = active_bbsz_idx;
+  if (s.constrained) {  // the hypotheses that continue take their candidates' states
+    const at::Tensor chosen = active_hypos.to(torch::kCPU).contiguous();
+    const auto pick = chosen.accessor<int64_t, 2>();
+    std::vector<std::vector<ConstraintState>> states(static_cast<size_t>(s.bsz));
+    for (int64_t b = 0; b < s.bsz; ++b)
+      for (int64_t k = 0; k < beam; ++k)
+        states[static_cast<size_t>(b)].push_back(
+            s.candidate_states[static_cast<size_t>(b)][static_cast<size_t>(pick[b][k])]);
+    s.constraint_states = std::move(states);
+  }
 }
 
 std::vector<std::vector<Hypothesis>> SequenceGenerator::generate(models::EncoderDecoderModel& model,
                                                                  const at::Tensor& src_tokens,
                                                                  const at::Tensor& src_lengths,
-                                                                 const at::Tensor& prefix_tokens) const {
+                                                                 const at::Tensor& prefix_tokens,
+                                                                 const std::vector<Constraints>& constraints) const {
   c10::InferenceMode inference;
   nn::PackedLinearScope packed_weights;  // CPU: each weight packed once for the step GEMMs
   if (model.is_training() && !options_.retain_dropout) model.eval();
   const int64_t beam = options_.beam;
-  Search s = start(model, src_tokens, src_lengths, prefix_tokens);
+  Search s = start(model, src_tokens, src_lengths, prefix_tokens, constraints);
   for (int64_t step = 0; step <= s.max_len; ++step) {  // one extra step for </s>
     reorder_cache(s);
     at::Tensor lprobs = decode_step(model, s, step);
@@ -431,10 +499,12 @@ std::vector<std::vector<Hypothesis>> SequenceGenerator::generate(models::Encoder
     at::Tensor cand_bbsz_idx = cand.beams + (torch::arange(s.bsz, s.long_options) * beam).unsqueeze(1);
     at::Tensor eos_bbsz_idx = cand_bbsz_idx.narrow(1, 0, beam).masked_select(top_eos);
     std::vector<int64_t> done;
+    const std::vector<int64_t> dead = s.constrained ? dead_ends(s, cand) : std::vector<int64_t>();
     if (eos_bbsz_idx.numel() > 0) {
       done = finalize(s, step, eos_bbsz_idx, cand.scores.narrow(1, 0, beam).masked_select(top_eos));
       s.num_remaining -= static_cast<int64_t>(done.size());
     }
+    give_up(s, dead, done);
     if (s.num_remaining == 0) break;
     if (step >= s.max_len) raise<OperationalError>("beam search: sentences unfinished at the maximum length");
     if (!done.empty()) {

@@ -15,6 +15,7 @@
 #include <ATen/Tensor.h>
 
 #include "fairseq_cpp/config/sections.h"
+#include "fairseq_cpp/generation/constraints.h"
 #include "fairseq_cpp/generation/search.h"
 #include "fairseq_cpp/models/encoder_decoder.h"
 
@@ -39,6 +40,7 @@ struct GeneratorOptions {
   uint64_t seed = 1;                   // sampling's random stream
   bool need_attn = false;              // keep each hypothesis' attention and hard alignment (--print-alignment)
   bool retain_dropout = false;         // leave the model in training mode: dropout stays active (--retain-dropout)
+  bool ordered_constraints = true;     // with constraints: met in the order given (else in any order)
 };
 
 // The generation keys of the config as the generator's options.
@@ -76,9 +78,12 @@ class SequenceGenerator {
   // output's first P tokens (undefined = none). Returns per sentence up to `beam` hypotheses,
   // best first. `model` is put in eval mode (if it is not already: threads may share an eval-mode
   // model); runs without autograd.
+  // `constraints`, when given (one entry per sentence, maybe empty), makes it lexically constrained
+  // beam search (constraints.h): every output holds its sentence's constraint words.
   std::vector<std::vector<Hypothesis>> generate(models::EncoderDecoderModel& model, const at::Tensor& src_tokens,
                                                 const at::Tensor& src_lengths,
-                                                const at::Tensor& prefix_tokens = at::Tensor()) const;
+                                                const at::Tensor& prefix_tokens = at::Tensor(),
+                                                const std::vector<Constraints>& constraints = {}) const;
 
   const GeneratorOptions& options() const { return options_; }
 
@@ -93,7 +98,7 @@ class SequenceGenerator {
     at::Tensor tokens, positional, scores, attn, lengths;
   };
   Search start(models::EncoderDecoderModel& model, const at::Tensor& src_tokens, const at::Tensor& src_lengths,
-               const at::Tensor& prefix_tokens) const;
+               const at::Tensor& prefix_tokens, const std::vector<Constraints>& constraints) const;
   void reorder_cache(Search& s) const;
   at::Tensor decode_step(models::EncoderDecoderModel& model, Search& s, int64_t step) const;
   void constrain(const Search& s, int64_t step, at::Tensor& lprobs) const;
@@ -101,6 +106,8 @@ class SequenceGenerator {
   std::vector<int64_t> finalize(Search& s, int64_t step, const at::Tensor& bbsz_idx, at::Tensor eos_scores) const;
   Hypothesis make_hypothesis(const Search& s, const Finalizing& f, int64_t i, int64_t step, int64_t sent,
                              int64_t unfin) const;
+  std::vector<int64_t> dead_ends(const Search& s, const Candidates& cand) const;
+  void give_up(Search& s, const std::vector<int64_t>& dead, std::vector<int64_t>& done) const;
   void drop_sentences(Search& s, Candidates& cand, at::Tensor& eos_mask, const std::vector<int64_t>& done) const;
   void advance(Search& s, const Candidates& cand, at::Tensor& eos_mask, int64_t step) const;
 

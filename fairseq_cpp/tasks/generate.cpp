@@ -297,7 +297,7 @@ Window collate_window(const config::Config& cfg, const Translation& t, const dat
     at::Tensor prefix;
     if (cfg.generation.prefix_size > 0)
       prefix = batch.target.narrow(1, 0, std::min(cfg.generation.prefix_size, batch.target.size(1))).to(t.device);
-    w.inputs.push_back({batch.src_tokens.to(t.device), batch.src_lengths.to(t.device), prefix});
+    w.inputs.push_back({batch.src_tokens.to(t.device), batch.src_lengths.to(t.device), prefix, {}});
     w.indices.push_back(batches[k]);
     w.collated.push_back(std::move(batch));
   }
@@ -361,6 +361,8 @@ class Interactive {
     int64_t id;
     std::string pieces;
     std::vector<int64_t> ids;
+    std::vector<std::string> constraint_pieces;  // with --constraints: the line's target phrases, encoded
+    generation::Constraints constraints;         // ... as target words
   };
 
   // Translates `buffer`, printing S-/H-/D-/P- lines in input order, and empties it.
@@ -382,12 +384,13 @@ class Interactive {
   std::vector<Item> encode(const std::vector<std::string>& buffer) {
     std::vector<Item> items;
     for (const std::string& line : buffer) {
-      Item item{next_id_++, "", {}};
-      const std::string_view text = data::rstrip(line);
+      Item item{next_id_++, "", {}, {}, {}};
+      std::string_view text = data::rstrip(line);
       if (data::find_invalid_utf8(text) != std::string::npos) {
         log::warning("interactive", "line {}: not valid UTF-8; skipped", item.id + 1);
         continue;
       }
+      if (!cfg_.generation.constraints.empty()) text = split_constraints(text, item);
       item.pieces = spm_.encode_pieces(text);
       std::vector<std::string_view> pieces;
       data::tokenize_line(item.pieces, pieces);
@@ -405,6 +408,29 @@ class Interactive {
     return items;
   }
 
+  // --constraints: the line's source (before the first TAB); each TAB-separated phrase after it is
+  // encoded as the source is and looked up in the target dictionary (fairseq's
+  // examples/constrained_decoding format).
+  std::string_view split_constraints(std::string_view line, Item& item) const {
+    const size_t tab = line.find('\t');
+    const std::string_view source = line.substr(0, tab);
+    for (size_t at = tab; at != std::string_view::npos;) {
+      const size_t next = line.find('\t', at + 1);
+      const std::string_view phrase =
+          data::rstrip(line.substr(at + 1, next == std::string_view::npos ? next : next - at - 1));
+      at = next;
+      if (phrase.find_first_not_of(' ') == std::string_view::npos) continue;
+      std::string pieces = spm_.encode_pieces(phrase);
+      std::vector<std::string_view> words;
+      data::tokenize_line(pieces, words);
+      generation::Constraints::value_type ids;
+      for (auto w : words) ids.push_back(t_.tgt_dict.index(w));
+      item.constraints.push_back(std::move(ids));
+      item.constraint_pieces.push_back(std::move(pieces));
+    }
+    return source;
+  }
+
   // items_[start, end) as one left-padded batch on the model's device.
   generation::SearchBatch collate(size_t start, size_t end) const {
     size_t width = 0;
@@ -419,7 +445,10 @@ class Interactive {
       src[r].narrow(0, offset, static_cast<int64_t>(ids.size())).copy_(torch::tensor(ids, torch::kInt64));
       lengths[r] = static_cast<int64_t>(ids.size());
     }
-    return {src.to(t_.device), lengths.to(t_.device), at::Tensor()};
+    generation::SearchBatch batch{src.to(t_.device), lengths.to(t_.device), at::Tensor(), {}};
+    if (!cfg_.generation.constraints.empty())
+      for (size_t i = start; i < end; ++i) batch.constraints.push_back(items_[i].constraints);
+    return batch;
   }
 
   // Batch `b`'s lines.
@@ -429,6 +458,8 @@ class Interactive {
       // The input's own words: an <unk> is replaced by the word itself, not by "<unk>".
       const std::string src_str = generation::post_process(item.pieces, bpe_);
       fmt::print("S-{}\t{}\n", item.id, src_str);
+      for (const std::string& pieces : item.constraint_pieces)
+        fmt::print("C-{}\t{}\n", item.id, generation::post_process(pieces, bpe_));
       const auto& list = hypos[i - starts_[b]];
       for (size_t j = 0; j < list.size() && static_cast<int64_t>(j) < cfg_.generation.nbest; ++j) {
         const auto& h = list[j];

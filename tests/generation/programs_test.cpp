@@ -596,6 +596,38 @@ std::string hypothesis_lines(const std::string& out) {
 
 // fairseq's --retain-dropout: dropout stays active at inference, so the seed changes the scores and
 // outputs; without it the seed changes nothing (beam search and scoring draw no random numbers).
+// fairseq-interactive's --constraints on the fixture model: the phrases after the source's TAB
+// appear in every output (with --nbest 3), in their order (ordered) or in any (unordered); each is
+// printed as a C- line. Unconstrained, the first sentence gives "Zwei Jungen spielen Fußball."
+TEST_F(ImportedFixture, InteractiveConstraintsAppearInEveryOutput) {
+  const std::string input =
+      "Two boys play soccer against each other.\tKinder\n"
+      "A dog runs through the snow.\tauf der Wiese\tschnell\n";
+  for (const std::string& mode : {"ordered", "unordered"}) {
+    auto r = testing::run(interactive_with({"--constraints", mode, "--beam", "5", "--nbest", "3"}), {}, input);
+    ASSERT_EQ(r.exit_code, 0) << r.err;
+    EXPECT_NE(r.out.find("C-0\tKinder\n"), std::string::npos) << r.out;
+    EXPECT_NE(r.out.find("C-1\tauf der Wiese\nC-1\tschnell\n"), std::string::npos) << r.out;
+    EXPECT_EQ(count_lines(r.out, "H-0\t"), 3) << r.out;
+    EXPECT_EQ(count_lines(r.out, "H-1\t"), 3) << r.out;
+    std::istringstream lines(r.out);
+    for (std::string line; std::getline(lines, line);) {
+      if (line.rfind("H-0\t", 0) == 0) EXPECT_NE(line.find("Kinder"), std::string::npos) << mode << ": " << line;
+      if (line.rfind("H-1\t", 0) != 0) continue;
+      const size_t wiese = line.find("auf der Wiese"), fast = line.rfind("schnell");
+      EXPECT_NE(wiese, std::string::npos) << mode << ": " << line;
+      EXPECT_NE(fast, std::string::npos) << mode << ": " << line;
+      if (mode == "ordered") EXPECT_LT(wiese, fast) << line;
+    }
+  }
+  // Without --constraints a TAB is part of the source; with sampling, constraints are refused.
+  auto sampling = testing::run(interactive_with({"--constraints", "--sampling"}), {}, input);
+  EXPECT_EQ(sampling.exit_code, 2);
+  EXPECT_NE(sampling.err.find("`generation.constraints` must be empty (off) with `generation.sampling`"),
+            std::string::npos)
+      << sampling.err;
+}
+
 TEST_F(ImportedFixture, RetainDropoutKeepsDropoutActiveAtInference) {
   auto generate = [&](const std::string& seed, const std::vector<std::string>& flags, int sentences) {
     std::vector<std::string> argv{testing::program("fairseq-cpp-generate"),

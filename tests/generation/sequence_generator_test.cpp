@@ -105,7 +105,8 @@ const Script kScript0 = {
 // lengths and the prefix go to `device`.
 std::vector<std::vector<Hypothesis>> generate_on(torch::Device device, const std::vector<Script>& scripts,
                                                  GeneratorOptions options, at::Tensor prefix = {},
-                                                 std::vector<int64_t> lengths = {}) {
+                                                 std::vector<int64_t> lengths = {},
+                                                 const std::vector<Constraints>& constraints = {}) {
   ScriptedModel model(scripts);
   SequenceGenerator generator(options, {1, kEos, kUnk, kVocab});
   const auto bsz = static_cast<int64_t>(scripts.size());
@@ -113,7 +114,7 @@ std::vector<std::vector<Hypothesis>> generate_on(torch::Device device, const std
   const int64_t width = *std::max_element(lengths.begin(), lengths.end());
   at::Tensor src = torch::full({bsz, width}, kA, torch::kInt64).to(device);
   return generator.generate(model, src, torch::tensor(lengths, torch::kInt64).to(device),
-                            prefix.defined() ? prefix.to(device) : prefix);
+                            prefix.defined() ? prefix.to(device) : prefix, constraints);
 }
 
 void check_hypothesis(const Hypothesis& h, const Prefix& tokens, double score, const std::vector<double>& positional,
@@ -534,6 +535,89 @@ TEST_P(SequenceGeneration, AttentionAndAlignmentFollowTheBeamReorderings) {
 }
 
 // Device-free: the generator hands hard_alignment each hypothesis' attention on the CPU.
+// Constraint states as fairseq's OrderedConstraintState and UnorderedConstraintState walk them.
+TEST(ConstraintStates, OrderedConstraintsAreMetInTheirOrderAndRestartInsideOne) {
+  ConstraintState s = ConstraintState::start({{kA, kB}, {kC}}, /*ordered=*/true);
+  EXPECT_EQ(s.bank(), 0);
+  EXPECT_EQ(s.next_tokens(), (std::vector<int64_t>{kA}));
+  s = s.advance(kC);  // before the first constraint: any word, nothing met
+  EXPECT_EQ(s.bank(), 0);
+  s = s.advance(kA);
+  EXPECT_EQ(s.bank(), 1);
+  EXPECT_EQ(s.next_tokens(), (std::vector<int64_t>{kB}));
+  EXPECT_EQ(s.advance(kC).bank(), 0);  // inside "a b": another word starts over
+  EXPECT_EQ(s.advance(kA).bank(), 1);  // ... or restarts it
+  s = s.advance(kB);
+  EXPECT_EQ(s.bank(), 2);
+  EXPECT_FALSE(s.finished());
+  EXPECT_EQ(s.next_tokens(), (std::vector<int64_t>{kA, kC}));
+  s = s.advance(kUnk);  // between constraints: any word
+  EXPECT_EQ(s.bank(), 2);
+  s = s.advance(kC);
+  EXPECT_EQ(s.bank(), 3);
+  EXPECT_TRUE(s.finished());
+  EXPECT_TRUE(s.advance(kA).finished());
+  EXPECT_TRUE(ConstraintState::start({}, true).finished());
+}
+
+TEST(ConstraintStates, UnorderedConstraintsAreMetInAnyOrder) {
+  ConstraintState s = ConstraintState::start({{kA, kB}, {kC}}, /*ordered=*/false);
+  EXPECT_EQ(s.next_tokens(), (std::vector<int64_t>{kA, kC}));
+  s = s.advance(kC);
+  EXPECT_EQ(s.bank(), 1);
+  EXPECT_FALSE(s.finished());
+  s = s.advance(kA);  // off the trie at c, which completes "c"; on at a
+  EXPECT_EQ(s.bank(), 2);
+  EXPECT_EQ(s.next_tokens(), (std::vector<int64_t>{kA, kB, kC}));
+  s = s.advance(kB);
+  EXPECT_EQ(s.bank(), 3);
+  EXPECT_TRUE(s.finished());
+  // "a" then another word: the path is taken back, nothing is met.
+  ConstraintState t = ConstraintState::start({{kA, kB}, {kC}}, false).advance(kA).advance(kUnk);
+  EXPECT_EQ(t.bank(), 0);
+  EXPECT_FALSE(t.finished());
+}
+
+// Sentence "c": a .5, b .3, c .2; after a: </s> .7, c .3; after b: </s> .6, c .4; after c: a .5, </s> .5.
+const Script kScriptC = {
+    {{}, {{kA, 0.5}, {kB, 0.3}, {kC, 0.2}}},
+    {{kA}, {{kEos, 0.7}, {kC, 0.3}}},
+    {{kB}, {{kEos, 0.6}, {kC, 0.4}}},
+    {{kC}, {{kA, 0.5}, {kEos, 0.5}}},
+};
+
+TEST_P(SequenceGeneration, ConstrainedBeamSearchPutsTheConstraintInEveryOutput) {
+  GeneratorOptions o;
+  o.beam = 2;
+  // Without the constraint: a-</s> (.35) and b-</s> (.18).
+  auto plain = run({kScriptC}, o);
+  expect_hypothesis(plain[0][0], {kA, kEos}, std::log(0.35) / 2, {std::log(0.5), std::log(0.7)});
+  // With "c": step 0's candidates by bank, then score: c (bank 1), a, b; c and a continue. Step 1:
+  // a's </s> is blocked (c not met); c-</s> (.1) finalizes, a-c (.15) and c-a (.1) continue, all in
+  // bank 1. Step 2: a-c-</s> (.15) fills the second place.
+  auto hypos = generate_on(device(), {kScriptC}, o, {}, {}, {{{kC}}});
+  ASSERT_EQ(hypos[0].size(), 2u);
+  expect_hypothesis(hypos[0][0], {kA, kC, kEos}, std::log(0.15) / 3, {std::log(0.5), std::log(0.3), 0.0});
+  expect_hypothesis(hypos[0][1], {kC, kEos}, std::log(0.1) / 2, {std::log(0.2), std::log(0.5)});
+  // A batch: sentence 1 without constraints searches as plain beam search beside it.
+  hypos = generate_on(device(), {kScriptC, kScriptC}, o, {}, {}, {{{kC}}, {}});
+  expect_hypothesis(hypos[0][0], {kA, kC, kEos}, std::log(0.15) / 3, {std::log(0.5), std::log(0.3), 0.0});
+  expect_hypothesis(hypos[1][0], {kA, kEos}, std::log(0.35) / 2, {std::log(0.5), std::log(0.7)});
+}
+
+TEST_P(SequenceGeneration, OrderedConstraintsKeepTheirOrderAndUnorderedOnesDoNot) {
+  GeneratorOptions o;
+  o.beam = 2;
+  // "c" then "a": only c-a-</s> (.1) holds both in that order.
+  auto ordered = generate_on(device(), {kScriptC}, o, {}, {}, {{{kC}, {kA}}});
+  expect_hypothesis(ordered[0][0], {kC, kA, kEos}, std::log(0.1) / 3, {std::log(0.2), std::log(0.5), 0.0});
+  for (const auto& h : ordered[0]) EXPECT_EQ(h.tokens, (Prefix{kC, kA, kEos}));
+  // In any order: a-c-</s> (.15) wins.
+  o.ordered_constraints = false;
+  auto any = generate_on(device(), {kScriptC}, o, {}, {}, {{{kC}, {kA}}});
+  expect_hypothesis(any[0][0], {kA, kC, kEos}, std::log(0.15) / 3, {std::log(0.5), std::log(0.3), 0.0});
+}
+
 TEST(HardAlignment, SkipsPaddingAndEndOfSentenceOnBothSides) {
   // Source "<pad> <pad> x y </s>" (left-padded): words x = 0, y = 1. Target "p q </s>".
   const std::vector<int64_t> source = {1, 1, 7, 8, kEos};

@@ -77,7 +77,7 @@ void describe(DistributedTrainingConfig& c, Section& s) {
   s.add("ddp_backend", &c.ddp_backend,
         "fairseq's DistributedDataParallel implementation: c10d / pytorch_ddp all-reduce each gradient bucket "
         "during backward, as soon as it is ready; no_c10d / legacy_ddp after backward (the same sums either way)")
-      .one_of({"c10d", "pytorch_ddp", "no_c10d", "legacy_ddp"});
+      .one_of({"c10d", "pytorch_ddp", "no_c10d", "legacy_ddp", "fully_sharded", "slowmo"});
   s.add("socket_ifname", &c.socket_ifname,
         "network interface(s) for Gloo, comma-separated (empty = GLOO_SOCKET_IFNAME, else the one that routes to the "
         "master)");
@@ -460,6 +460,19 @@ std::string str(int64_t v) { return std::to_string(v); }
 
 // The training keys that depend on each other: EMA, precision, criterion, schedule, Adam.
 void check_training(const Config& cfg, std::vector<std::string>& errors) {
+  // fairseq's two other backends: refused with the reason, and what to use instead.
+  const std::string& ddp = cfg.distributed_training.ddp_backend;
+  if (ddp == "fully_sharded" || ddp == "slowmo") {
+    errors.push_back("`distributed_training.ddp_backend` must be c10d, pytorch_ddp, no_c10d or legacy_ddp, but is " +
+                     ddp + " instead: " +
+                     (ddp == "slowmo"
+                          ? std::string("SlowMo (fairscale's slow momentum, which averages the weights every few "
+                                        "updates) is not implemented; the other backends average every update's "
+                                        "gradients exactly.")
+                          : std::string("fully sharded data parallel (FSDP) is not implemented; "
+                                        "`distributed_training.zero_sharding: os` shards the optimizer state and "
+                                        "`model.checkpoint_activations` recomputes activations in backward.")));
+  }
   if (!cfg.ema.store_ema && (cfg.ema.validate_with_ema || !cfg.ema.ema_seed_model.empty())) {
     errors.push_back(std::string("`ema.store_ema` must be true when `ema.") +
                      (cfg.ema.validate_with_ema ? "validate_with_ema` is true" : "ema_seed_model` is set") +

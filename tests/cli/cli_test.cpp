@@ -107,6 +107,20 @@ TEST(Cli, EveryProgramListsTheKeysItReadsAndRefusesTheOthers) {
   }
 }
 
+TEST(Cli, FairseqsOtherDdpBackendsAreRefusedWithTheReason) {
+  const std::string preset = testing::source_dir() + "/configs/demo.yaml";
+  auto fsdp = run({program("fairseq-cpp-train"), preset, "--ddp-backend", "fully_sharded", "--dump-config"});
+  EXPECT_EQ(fsdp.exit_code, 2);
+  EXPECT_NE(fsdp.err.find("but is fully_sharded instead: fully sharded data parallel (FSDP) is not implemented; "
+                          "`distributed_training.zero_sharding: os` shards the optimizer state"),
+            std::string::npos)
+      << fsdp.err;
+  auto slowmo = run({program("fairseq-cpp-train"), preset, "--ddp-backend", "slowmo", "--dump-config"});
+  EXPECT_EQ(slowmo.exit_code, 2);
+  EXPECT_NE(slowmo.err.find("but is slowmo instead: SlowMo (fairscale's slow momentum"), std::string::npos)
+      << slowmo.err;
+}
+
 TEST(Cli, FlagsOfOtherProgramsAreRefusedNamingWhoReadsThem) {
   auto score = run({program("fairseq-cpp-score"), "--fp16", "--max-update", "5", "--beam", "3"});
   EXPECT_EQ(score.exit_code, 2);

@@ -172,8 +172,10 @@ ConstrainedCandidates constrained_beam_search_step(int64_t step, at::Tensor& lpr
   const int64_t B = lprobs.size(0), K = lprobs.size(1), V = lprobs.size(2);
   if (block_eos && step > 0) {
     at::Tensor open = torch::zeros({B, K}, torch::kBool);
+    auto is_open = open.accessor<bool, 2>();
     for (int64_t b = 0; b < B; ++b)
-      for (int64_t k = 0; k < K; ++k) open[b][k] = !states[static_cast<size_t>(b)][static_cast<size_t>(k)].finished();
+      for (int64_t k = 0; k < K; ++k)
+        is_open[b][k] = !states[static_cast<size_t>(b)][static_cast<size_t>(k)].finished();
     lprobs.select(2, eos).masked_fill_(open.to(lprobs.device()), -std::numeric_limits<float>::infinity());
   }
   const Candidates top = beam_search_step(step, lprobs, cumulative);
@@ -190,6 +192,8 @@ ConstrainedCandidates constrained_beam_search_step(int64_t step, at::Tensor& lpr
   ConstrainedCandidates out;
   at::Tensor scores = torch::empty({B, C}, torch::kFloat32), tokens = torch::empty({B, C}, torch::kInt64),
              beams = torch::empty({B, C}, torch::kInt64);
+  auto out_score = scores.accessor<float, 2>();
+  auto out_token = tokens.accessor<int64_t, 2>(), out_beam = beams.accessor<int64_t, 2>();
   for (int64_t b = 0; b < B; ++b) {
     const auto& mine = states[static_cast<size_t>(b)];
     const float* row = total.data_ptr<float>() + b * rows * V;
@@ -208,9 +212,9 @@ ConstrainedCandidates constrained_beam_search_step(int64_t step, at::Tensor& lpr
       raise<OperationalError>("constrained beam search: {} candidates for {} places", kept.size(), C);
     std::vector<ConstraintState> next;
     for (size_t c = 0; c < kept.size(); ++c) {
-      scores[b][static_cast<int64_t>(c)] = kept[c].score;
-      tokens[b][static_cast<int64_t>(c)] = kept[c].token;
-      beams[b][static_cast<int64_t>(c)] = kept[c].beam;
+      out_score[b][static_cast<int64_t>(c)] = kept[c].score;
+      out_token[b][static_cast<int64_t>(c)] = kept[c].token;
+      out_beam[b][static_cast<int64_t>(c)] = kept[c].beam;
       next.push_back(kept[c].state);
     }
     out.states.push_back(std::move(next));

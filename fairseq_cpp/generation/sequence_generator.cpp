@@ -335,6 +335,14 @@ Hypothesis SequenceGenerator::make_hypothesis(const Search& s, const Finalizing&
   return h;
 }
 
+// Row -> sentence of the batch as given: sentences already finished were dropped from the batch.
+std::vector<int64_t> SequenceGenerator::live_sentences(const Search& s) {
+  std::vector<int64_t> out;
+  for (size_t k = 0; k < s.finished.size(); ++k)
+    if (!s.finished[k]) out.push_back(static_cast<int64_t>(k));
+  return out;
+}
+
 // Finalizes the hypotheses `bbsz_idx` (rows of tokens/scores) that end with </s> at `step`,
 // preferring earlier ones; returns the batch rows (unfinished numbering) of sentences now done.
 std::vector<int64_t> SequenceGenerator::finalize(Search& s, int64_t step, const at::Tensor& bbsz_idx,
@@ -353,22 +361,13 @@ std::vector<int64_t> SequenceGenerator::finalize(Search& s, int64_t step, const 
   // (n, step + 1, S): the attention of the hypotheses' tokens
   if (s.attn.defined()) f.attn = s.attn.narrow(1, 0, step + 1).index_select(0, bbsz_idx).to(torch::kCPU);
   if (options_.match_source_len) f.lengths = s.source_lengths.to(torch::kCPU);
-  // Unfinished row -> sentence: sentences already finished were dropped from the batch.
-  std::vector<int64_t> cum_unfin;
-  int64_t prev = 0;
-  for (bool done : s.finished) {
-    if (done) {
-      ++prev;
-    } else {
-      cum_unfin.push_back(prev);
-    }
-  }
+  const std::vector<int64_t> sentence_of = live_sentences(s);
   std::map<int64_t, int64_t> seen;  // sentence -> unfinished row
   at::Tensor idx_cpu = bbsz_idx.to(torch::kCPU).contiguous();
   const int64_t* idx = idx_cpu.data_ptr<int64_t>();
   for (int64_t i = 0; i < idx_cpu.numel(); ++i) {
     const int64_t unfin = idx[i] / beam;
-    const int64_t sent = unfin + cum_unfin[static_cast<size_t>(unfin)];
+    const int64_t sent = sentence_of[static_cast<size_t>(unfin)];
     seen.emplace(sent, unfin);
     auto& list = s.finalized[static_cast<size_t>(sent)];
     if (static_cast<int64_t>(list.size()) < beam) list.push_back(make_hypothesis(s, f, i, step, sent, unfin));
@@ -392,9 +391,7 @@ std::vector<int64_t> SequenceGenerator::dead_ends(const Search& s, const Candida
   for (int64_t r = 0; r < best.size(0); ++r)
     if (best.data_ptr<float>()[r] == kNegInf) rows.push_back(r);
   if (rows.empty()) return rows;
-  std::vector<int64_t> sentence_of;  // row -> sentence, before this step finalizes any
-  for (size_t k = 0; k < s.finished.size(); ++k)
-    if (!s.finished[k]) sentence_of.push_back(static_cast<int64_t>(k));
+  const std::vector<int64_t> sentence_of = live_sentences(s);  // before this step finalizes any
   std::vector<int64_t> out;
   for (int64_t r : rows) out.insert(out.end(), {r, sentence_of[static_cast<size_t>(r)]});
   return out;

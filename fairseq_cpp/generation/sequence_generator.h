@@ -106,6 +106,7 @@ class SequenceGenerator {
   std::vector<int64_t> finalize(Search& s, int64_t step, const at::Tensor& bbsz_idx, at::Tensor eos_scores) const;
   Hypothesis make_hypothesis(const Search& s, const Finalizing& f, int64_t i, int64_t step, int64_t sent,
                              int64_t unfin) const;
+  static std::vector<int64_t> live_sentences(const Search& s);
   std::vector<int64_t> dead_ends(const Search& s, const Candidates& cand) const;
   void give_up(Search& s, const std::vector<int64_t>& dead, std::vector<int64_t>& done) const;
   void drop_sentences(Search& s, Candidates& cand, at::Tensor& eos_mask, const std::vector<int64_t>& done) const;

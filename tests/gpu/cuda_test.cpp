@@ -2,7 +2,8 @@
 // finds no GPU, tools/gpu/run.sh runs it there). Each test fails without CUDA rather than skip.
 // The trainer on cuda:0 against the same updates on the CPU, bf16 autocast on CUDA, the NCCL gang
 // of one rank (NCCL refuses two ranks on one device) and two Gloo ranks carrying CUDA tensors, and
-// gradient buckets all-reduced during backward with CUDA gradients.
+// gradient buckets all-reduced during backward with CUDA gradients, and adam's state sharded over
+// two Gloo ranks on CUDA (zero_sharding os).
 
 #include <gtest/gtest.h>
 #include <torch/torch.h>
@@ -59,7 +60,7 @@ std::shared_ptr<models::TransformerModel> make_model(c10::Device device) {
 // 1e-4 and 1e-3). SGD's step is linear in the gradient: its parameters are compared.
 std::unique_ptr<trainer::Trainer> make_trainer(std::shared_ptr<models::TransformerModel> model,
                                                distributed::Gang& gang, optim::Precision precision,
-                                               const std::string& optimizer = "adam") {
+                                               const std::string& optimizer = "adam", bool shard = false) {
   criterions::CriterionOptions co;
   co.name = "label_smoothed_cross_entropy";
   co.label_smoothing = 0.1;
@@ -71,6 +72,7 @@ std::unique_ptr<trainer::Trainer> make_trainer(std::shared_ptr<models::Transform
   to.clip_norm = 1.0;
   to.precision = precision;
   to.bucket_cap_mb = 0.01;
+  to.shard_optimizer_state = shard;
   return std::make_unique<trainer::Trainer>(to, model, criterions::Criterion(co),
                                             optim::build_optimizer(oo, models::unique_parameters(*model)),
                                             optim::build_lr_scheduler(so), gang);
@@ -229,6 +231,34 @@ TEST(Cuda, BucketsAllReducedDuringBackwardOnCuda) {
   EXPECT_EQ(started[0], started[1]);
   EXPECT_EQ(max_relative_difference(*models[0], *models[1]), 0.0);
   EXPECT_LT(max_relative_difference(*models[0], *cpu_model), 1e-4);
+}
+
+// zero_sharding os on CUDA: each of two Gloo ranks keeps adam's state of half the flat buffer,
+// updates its slice and all-gathers the weights; in bf16, with clipping, the weights end as the
+// unsharded ranks' to the bit, and each rank holds half the optimizer's bytes.
+TEST(Cuda, ShardedAdamStateOnTwoGlooCudaRanksTrainsTheUnshardedRunToTheBit) {
+  ASSERT_TRUE(torch::cuda::is_available());
+  std::vector<std::vector<data::Batch>> batches{{make_batch(3, 500), make_batch(2, 501), make_batch(4, 502)},
+                                                {make_batch(4, 503), make_batch(3, 504), make_batch(2, 505)}};
+  std::vector<std::shared_ptr<models::TransformerModel>> plain{make_model(kCuda), make_model(kCuda)},
+      sharded{make_model(kCuda), make_model(kCuda)};
+  std::vector<int64_t> plain_bytes(2), sharded_bytes(2);
+  for (bool shard : {false, true}) {
+    auto& models = shard ? sharded : plain;
+    auto& bytes = shard ? sharded_bytes : plain_bytes;
+    on_two_gloo_cuda_ranks([&](int r, distributed::Gang& gang) {
+      auto i = static_cast<size_t>(r);
+      auto trainer = make_trainer(models[i], gang, optim::Precision::kBFloat16, "adam", shard);
+      for (const auto& batch : batches[i]) trainer->train_step({batch});
+      bytes[i] = trainer->model_state_bytes().optimizer;
+    });
+  }
+  for (size_t i = 0; i < 2; ++i) {
+    EXPECT_EQ(max_relative_difference(*sharded[i], *plain[i]), 0.0) << "rank " << i;
+    EXPECT_LE(sharded_bytes[i], plain_bytes[i] / 2 + 8) << "rank " << i;  // (8 bytes: an odd scalar)
+  }
+  EXPECT_EQ(sharded_bytes[0] + sharded_bytes[1], plain_bytes[0]);
+  EXPECT_EQ(max_relative_difference(*plain[0], *plain[1]), 0.0);
 }
 
 }  // namespace

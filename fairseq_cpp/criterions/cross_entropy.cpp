@@ -192,6 +192,11 @@ struct LinearLabelSmoothedLoss : public torch::autograd::Function<LinearLabelSmo
 
 }  // namespace
 
+int64_t chunk_elements_for(const CriterionOptions& options, c10::Device device) {
+  if (options.chunk_elements > 0) return options.chunk_elements;
+  return device.is_cuda() ? int64_t{1} << 26 : int64_t{1} << 22;
+}
+
 Criterion::Criterion(const CriterionOptions& options) : options_(options) {
   if (options.name != "cross_entropy" && options.name != "label_smoothed_cross_entropy") {
     raise<UserError>("`criterion._name` must be cross_entropy or label_smoothed_cross_entropy, but is `{}` instead.",
@@ -234,7 +239,7 @@ LossOutput Criterion::operator()(const at::Tensor& features_in, const at::Tensor
     }
     auto losses = LinearLabelSmoothedLoss::apply(flat_features, output_weight, flat_target, eps,
                                                  torch::GradMode::is_enabled(), options_.report_accuracy,
-                                                 options_.chunk_elements, matmul_dtype);
+                                                 chunk_elements_for(options_, flat_features.device()), matmul_dtype);
     out.loss = losses[0];
     out.nll_loss = losses[1];
     if (options_.report_accuracy) out.stats.n_correct = losses[2].item<int64_t>();

@@ -22,8 +22,15 @@ struct CriterionOptions {
   int64_t padding_idx = 1;             // target positions with this id are left out
   int64_t ignore_prefix_size = 0;      // leave out the first N target positions of every sentence
   bool report_accuracy = false;        // also count correctly predicted tokens (n_correct)
-  int64_t chunk_elements = int64_t{1} << 22;  // from features: logits projected this many at a time
+  // From features: logits projected this many at a time; 0 = by device (chunk_elements_for).
+  int64_t chunk_elements = 0;
 };
+
+// The logits a chunk of the projection holds on `device` with options.chunk_elements 0: 2^22 on
+// the CPU (16 MiB of float32, near the caches), 2^26 on CUDA (a batch of 16k targets at a 32k
+// vocabulary in 8 chunks: each chunk's dozen kernel launches and its add into the weight's
+// gradient are paid per chunk, and 128-row chunks left the GPU idle between them).
+int64_t chunk_elements_for(const CriterionOptions& options, c10::Device device);
 
 CriterionOptions criterion_options(const config::CriterionConfig& criterion,
                                    const config::OptimizationConfig& optimization, int64_t padding_idx);

@@ -218,6 +218,18 @@ TEST_P(Criterions, ChunkedProjectionInBf16EqualsAutogradOfTheHalfPrecisionOutput
   EXPECT_EQ(grad_h[2][4].abs().sum().item<double>(), 0.0);  // the padding row gets no gradient
 }
 
+// A chunk's size by device unless given: near the CPU's caches, or few launches on CUDA.
+TEST(CriterionChunks, DefaultChunkFollowsTheDevice) {
+  CriterionOptions o;
+  EXPECT_EQ(o.chunk_elements, 0);
+  const c10::Device cpu(c10::kCPU), cuda(c10::kCUDA, 0);
+  EXPECT_EQ(chunk_elements_for(o, cpu), int64_t{1} << 22);
+  EXPECT_EQ(chunk_elements_for(o, cuda), int64_t{1} << 26);
+  o.chunk_elements = 33;
+  EXPECT_EQ(chunk_elements_for(o, cpu), 33);
+  EXPECT_EQ(chunk_elements_for(o, cuda), 33);
+}
+
 // Without gradients (validation) the chunked path gives the same sums as the logits path.
 TEST_P(Criterions, ChunkedProjectionWithoutGradientsMatchesTheLogitsPath) {
   torch::NoGradGuard no_grad;

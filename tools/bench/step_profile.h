@@ -70,7 +70,7 @@ struct StepProfileOptions {
 struct StepProfile {
   struct Entry {
     Share share = Share::kOther;
-    std::string op;      // the op (CPU), or the op that launched the kernel (CUDA; empty if none)
+    std::string op;      // the op (CPU), or the kernel's launcher (CUDA: op(dtypes) in node; empty if none)
     std::string kernel;  // CUDA: the kernel, memcpy or memset; empty on the CPU
     double ms = 0;       // per step
     double calls = 0;    // per step
@@ -175,6 +175,7 @@ inline StepProfile profile_steps(const std::function<void()>& step, int steps, c
     uint64_t start, end, thread;
     std::string name;
     Share own;
+    std::string dtypes;  // its inputs' ("Float,BFloat16"; empty where a Scalar or none)
     int parent = -1;
     std::vector<int> children;
     Share share = Share::kOther;  // own, or its scope's (all-reduce, optimizer, attention) inherited
@@ -205,7 +206,10 @@ inline StepProfile profile_steps(const std::function<void()>& step, int steps, c
     }
     ops_of_thread[e.startThreadId()].push_back(static_cast<int>(ops.size()));
     op_of_correlation[e.correlationId()] = static_cast<int>(ops.size());
-    ops.push_back({e.startNs(), std::max(e.startNs(), e.endNs()), e.startThreadId(), name, own});
+    std::string dtypes;
+    if (e.hasTypes())
+      for (const std::string& t : e.dtypes()) dtypes += (dtypes.empty() ? "" : ",") + t;
+    ops.push_back({e.startNs(), std::max(e.startNs(), e.endNs()), e.startThreadId(), name, own, dtypes});
   }
   std::sort(windows.begin(), windows.end(), [](const Span& a, const Span& b) { return a.start < b.start; });
   const auto window_of = [&](uint64_t t) -> const Span* {
@@ -249,6 +253,16 @@ inline StepProfile profile_steps(const std::function<void()>& step, int steps, c
     if (w != nullptr)
       activities_in_steps.push_back({start, std::max(start, std::min(end, w->end)), share, op, kernel, calls});
   };
+  // A kernel's launcher: the op, its inputs' dtypes and the autograd node it ran in, as
+  // "aten::add_(Float,BFloat16) in AccumulateGrad" (the node tells a gradient's accumulation from
+  // the forward's own add_, the dtypes a cast from a copy).
+  const auto launcher_label = [](const std::vector<Op>& all, const Op& op) {
+    static const std::string kNode = "autograd::engine::evaluate_function: ";
+    std::string label = op.name + (op.dtypes.empty() ? "" : "(" + op.dtypes + ")");
+    for (int p = op.parent; p >= 0; p = all[p].parent)
+      if (all[p].name.rfind(kNode, 0) == 0) return label + " in " + all[p].name.substr(kNode.size());
+    return label;
+  };
   StepProfile out;
   out.cuda = options.cuda;
   out.steps = static_cast<int>(windows.size());
@@ -264,7 +278,7 @@ inline StepProfile profile_steps(const std::function<void()>& step, int steps, c
       const Share share = is(type, libkineto::ActivityType::CONCURRENT_KERNEL)
                               ? launched_kernel_share(kernel, op != nullptr ? op->share : Share::kOther)
                               : (op != nullptr && op->share != Share::kGemm ? op->share : Share::kOther);
-      add(e.startNs(), e.endNs(), share, op != nullptr ? op->name : "", short_kernel_name(kernel), 1);
+      add(e.startNs(), e.endNs(), share, op != nullptr ? launcher_label(ops, *op) : "", short_kernel_name(kernel), 1);
     }
     // The stepping thread's time inside top-level ops.
     for (const Op& op : ops) {

@@ -144,12 +144,17 @@ struct Candidate {
 // A score for sorting: NaN as -inf.
 float sortable(float s) { return std::isnan(s) ? -std::numeric_limits<float>::infinity() : s; }
 
-// Sentence b's candidates: sorted by bank (most constraint words met first), then score; without
-// repeats of a (hypothesis, word); dealt round-robin over the banks; the first `keep`.
+// Sentence b's candidates: sorted by bank (most constraint words met first), then score, equal
+// scores by hypothesis and word (topk's order of ties differs between the CPU and CUDA, and a tie
+// at the beam's edge decided which hypothesis ended); without repeats of a (hypothesis, word);
+// dealt round-robin over the banks; the first `keep`.
 std::vector<Candidate> arrange(std::vector<Candidate> all, size_t keep) {
   for (auto& c : all) c.bank = c.state.bank();
   std::stable_sort(all.begin(), all.end(), [](const Candidate& a, const Candidate& b) {
-    return a.bank != b.bank ? a.bank > b.bank : sortable(a.score) > sortable(b.score);
+    if (a.bank != b.bank) return a.bank > b.bank;
+    const float x = sortable(a.score), y = sortable(b.score);
+    if (x != y) return x > y;
+    return a.beam != b.beam ? a.beam < b.beam : a.token < b.token;
   });
   std::vector<Candidate> unique;
   std::set<std::pair<int64_t, int64_t>> seen;

@@ -618,6 +618,24 @@ TEST_P(SequenceGeneration, OrderedConstraintsKeepTheirOrderAndUnorderedOnesDoNot
   expect_hypothesis(any[0][0], {kA, kC, kEos}, std::log(0.15) / 3, {std::log(0.5), std::log(0.3), 0.0});
 }
 
+// Candidates of equal score and bank come by hypothesis, then word, whatever order the step's
+// selection gave them in. The CPU's selection keeps ties in that order already; CUDA's topk does
+// not (on the H100, 2026-11-27, a tie at the beam's edge ended another hypothesis than on the CPU,
+// and ConstrainedBeamSearchPutsTheConstraintInEveryOutput/cuda failed): the CUDA instance checks it.
+TEST_P(SequenceGeneration, EqualConstrainedCandidatesComeByHypothesisThenWord) {
+  const int64_t V = 40;
+  at::Tensor lprobs = torch::full({1, 2, V}, std::log(1.0 / V), torch::kFloat32).to(device());
+  const at::Tensor cumulative = torch::zeros({1, 2}).to(device());
+  const ConstraintState none = ConstraintState::start({}, true);
+  ConstrainedCandidates out = constrained_beam_search_step(1, lprobs, cumulative, {{none, none}}, kEos, true);
+  const std::vector<int64_t> beams = to_vector(out.candidates.beams[0]), tokens = to_vector(out.candidates.tokens[0]);
+  ASSERT_EQ(beams.size(), 4u);
+  for (size_t c = 1; c < beams.size(); ++c)
+    EXPECT_LT(beams[c - 1] * V + tokens[c - 1], beams[c] * V + tokens[c])
+        << "candidate " << c << ": (" << beams[c] << ", " << tokens[c] << ") after (" << beams[c - 1] << ", "
+        << tokens[c - 1] << ")";
+}
+
 TEST(HardAlignment, SkipsPaddingAndEndOfSentenceOnBothSides) {
   // Source "<pad> <pad> x y </s>" (left-padded): words x = 0, y = 1. Target "p q </s>".
   const std::vector<int64_t> source = {1, 1, 7, 8, kEos};

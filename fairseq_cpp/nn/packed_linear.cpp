@@ -189,7 +189,11 @@ at::Tensor scoped_linear(const at::Tensor& x, const at::Tensor& weight, const at
       (!bias.defined() || bias.scalar_type() == at::kFloat)) {
     return packed_linear(x, weight, bias);
   }
-  return torch::nn::functional::linear(x, weight, bias);
+  // ATen's linear, not the C++ frontend's (which adds the bias in place after a 3-D matmul: outside
+  // autocast, so a bf16 product took a float32 bias through a mixed-type broadcast kernel, 10% of
+  // the big model's step on the H100, and its gradient through a separate sum): autocast casts the
+  // bias with the operands, and the bias joins the GEMM where LibTorch can fuse it.
+  return at::linear(x, weight, bias);
 }
 
 }  // namespace fairseq_cpp::nn

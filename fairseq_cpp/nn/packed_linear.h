@@ -12,8 +12,9 @@
 //   at::Tensor y = nn::scoped_linear(x, layer->weight, layer->bias);
 //
 // Outside a scope, for tensors that need gradients, off CPU, not float32, or on a CPU without
-// AVX-512F, nn::scoped_linear is torch's linear. A weight registered by nn::use_int8_weight
-// (quantized_linear.h) runs int8 whenever no gradient is needed, inside a scope or not.
+// AVX-512F, nn::scoped_linear is ATen's linear (at::linear). A weight registered by
+// nn::use_int8_weight (quantized_linear.h) runs int8 whenever no gradient is needed, inside a
+// scope or not.
 
 #include <ATen/Tensor.h>
 
@@ -34,7 +35,7 @@ class PackedLinearScope {
 // Whether this CPU can run the packed kernel (x86-64 with AVX-512F).
 bool packed_linear_supported();
 
-// x (..., K) @ weight (N, K)^T + bias (N) -> (..., N); bias may be undefined. torch's linear, or the
+// x (..., K) @ weight (N, K)^T + bias (N) -> (..., N); bias may be undefined. at::linear, or the
 // packed kernel inside a PackedLinearScope (see above).
 at::Tensor scoped_linear(const at::Tensor& x, const at::Tensor& weight, const at::Tensor& bias = at::Tensor());
 

@@ -63,6 +63,7 @@ size_t convert_any(DType dtype, const void* src, size_t n, int64_t* out) {
     case DType::uint64:
       return convert<uint64_t>(src, n, out);
   }
+  raise<OperationalError>("indexed dataset: no conversion for dtype code {}", static_cast<int>(dtype));
 }
 
 template <typename T>

@@ -248,6 +248,7 @@ class ProcessGroupGang : public Gang {
   template <typename Start>
   void finish(const std::string& op, Start&& start) {
     std::string message;
+    const auto t0 = std::chrono::steady_clock::now();
     try {
       auto work = start();
       work->wait(to_ms(options_.timeout_seconds));
@@ -257,6 +258,12 @@ class ProcessGroupGang : public Gang {
     } catch (const std::exception& e) {
       message = e.what();
     }
+    // A wait well past the timeout is the backend's (a Gloo collective on CUDA tensors reported its
+    // timeout minutes late on an H100): say so, so that the time is not taken for the timeout's.
+    const double waited = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    if (waited > options_.timeout_seconds + 1.0)
+      message +=
+          fmt::format(" (this rank waited {:.1f} s for it, past the {:g} s timeout)", waited, options_.timeout_seconds);
     fail(op, message);
   }
 

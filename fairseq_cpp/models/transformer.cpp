@@ -207,7 +207,7 @@ EncoderOut TransformerEncoderImpl::forward(const at::Tensor& src_tokens) {
     x = nn::checkpoint(block, {x}, layer->parameters());
   }
   if (layer_norm_) x = layer_norm_->forward(x);
-  return {x, padding_mask, at::Tensor()};
+  return {x, padding_mask, at::Tensor(), {}};
 }
 
 TransformerDecoderImpl::TransformerDecoderImpl(const TransformerOptions& options, torch::nn::Embedding embed_tokens,

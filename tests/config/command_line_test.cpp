@@ -64,7 +64,7 @@ TEST(CommandLine, FairseqRegistryFlags) {
 TEST(CommandLine, ListFlagsTakeSeveralValuesAsArgparsesNargs) {
   // `--ref a.de b.de` and fairseq's `--lr 0.25 0.1`: values up to the next flag, config file or
   // assignment; one value stays a scalar (a list key takes a scalar too).
-  auto cl = parse_command_line(spec_with("", {{"score", ""}}),
+  auto cl = parse_command_line(spec_with("", {{"score", "", {}}}),
                                {"score", "--ref", "a.de", "b \"x\".de", "--lr", "0.25", "0.1", "c.yaml", "--sys", "-",
                                 "--update-freq", "4", "dataset.max_tokens=9"});
   Config cfg = load_config("", cl.assignments);
@@ -102,7 +102,7 @@ TEST(CommandLine, LocalRankAsTorchLaunchersPassIt) {
 }
 
 TEST(CommandLine, SwitchesPositionalAndSubcommand) {
-  auto cl = parse_command_line(spec_with("task.data", {{"validate", ""}, {"score", ""}}),
+  auto cl = parse_command_line(spec_with("task.data", {{"validate", "", {}}, {"score", "", {}}}),
                                {"validate", "data-bin/multi30k", "--dry-run-distributed", "--path", "ckpt.pt"});
   EXPECT_EQ(cl.subcommand, "validate");
   EXPECT_TRUE(cl.switches.count("dry-run-distributed"));
@@ -119,7 +119,7 @@ TEST(CommandLine, PathWithEqualsIsNotAnAssignment) {
 }
 
 TEST(CommandLine, HelpNeedsNothingElse) {
-  auto cl = parse_command_line(spec_with("", {{"validate", ""}}), {"--help"});
+  auto cl = parse_command_line(spec_with("", {{"validate", "", {}}}), {"--help"});
   EXPECT_TRUE(cl.help);
   EXPECT_TRUE(parse_command_line(spec_with(), {"-h"}).help);
   EXPECT_TRUE(parse_command_line(spec_with(), {"--dump-config"}).dump_config);
@@ -151,7 +151,7 @@ TEST(CommandLine, AMisspeltSwitchLeavesTheNextArgumentAlone) {
 }
 
 TEST(CommandLine, SwitchTakesNoValueAndSubcommandIsRequired) {
-  auto problems = problems_of(spec_with("", {{"validate", ""}, {"score", ""}}), {"--dry-run-distributed=1"});
+  auto problems = problems_of(spec_with("", {{"validate", "", {}}, {"score", "", {}}}), {"--dry-run-distributed=1"});
   ASSERT_EQ(problems.size(), 2u);
   EXPECT_EQ(problems[0], "argument 1 `--dry-run-distributed=1`: `--dry-run-distributed` takes no value.");
   EXPECT_EQ(problems[1], "prog needs a subcommand: one of validate, score.");

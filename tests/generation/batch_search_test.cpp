@@ -54,7 +54,7 @@ std::vector<SearchBatch> random_batches(const std::vector<int64_t>& sizes, torch
       src[r].narrow(0, width - len, len).copy_(torch::randint(4, kRandomVocab, {len}, torch::kInt64));
       src[r][width - 1] = 2;
     }
-    batches.push_back({src.to(device), lengths.to(device), at::Tensor()});
+    batches.push_back({src.to(device), lengths.to(device), at::Tensor(), {}});
   }
   return batches;
 }

@@ -603,7 +603,7 @@ TEST_F(ImportedFixture, InteractiveConstraintsAppearInEveryOutput) {
   const std::string input =
       "Two boys play soccer against each other.\tKinder\n"
       "A dog runs through the snow.\tauf der Wiese\tschnell\n";
-  for (const std::string& mode : {"ordered", "unordered"}) {
+  for (const std::string mode : {"ordered", "unordered"}) {
     auto r = testing::run(interactive_with({"--constraints", mode, "--beam", "5", "--nbest", "3"}), {}, input);
     ASSERT_EQ(r.exit_code, 0) << r.err;
     EXPECT_NE(r.out.find("C-0\tKinder\n"), std::string::npos) << r.out;
@@ -612,12 +612,16 @@ TEST_F(ImportedFixture, InteractiveConstraintsAppearInEveryOutput) {
     EXPECT_EQ(count_lines(r.out, "H-1\t"), 3) << r.out;
     std::istringstream lines(r.out);
     for (std::string line; std::getline(lines, line);) {
-      if (line.rfind("H-0\t", 0) == 0) EXPECT_NE(line.find("Kinder"), std::string::npos) << mode << ": " << line;
+      if (line.rfind("H-0\t", 0) == 0) {
+        EXPECT_NE(line.find("Kinder"), std::string::npos) << mode << ": " << line;
+      }
       if (line.rfind("H-1\t", 0) != 0) continue;
       const size_t wiese = line.find("auf der Wiese"), fast = line.rfind("schnell");
       EXPECT_NE(wiese, std::string::npos) << mode << ": " << line;
       EXPECT_NE(fast, std::string::npos) << mode << ": " << line;
-      if (mode == "ordered") EXPECT_LT(wiese, fast) << line;
+      if (mode == "ordered") {
+        EXPECT_LT(wiese, fast) << line;
+      }
     }
   }
   // Without --constraints a TAB is part of the source; with sampling, constraints are refused.
@@ -644,7 +648,7 @@ TEST_F(ImportedFixture, RetainDropoutKeepsDropoutActiveAtInference) {
   };
   // generate's seed also orders the batches, and with it which sentences a shard holds (and
   // the padding of each): a shard under one seed, searched and teacher-forced (--score-reference).
-  for (const std::string& mode : {"--beam", "--score-reference"}) {
+  for (const std::string mode : {"--beam", "--score-reference"}) {
     std::vector<std::string> flags{"--batch-size", "5", "--num-shards", "100", "--beam", "2"};
     if (mode == "--score-reference") flags.push_back(mode);
     std::vector<std::string> retain = flags;

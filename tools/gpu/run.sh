@@ -39,8 +39,11 @@
 # - RESULTS: a folder (the device's $OUT, of which at most 8 files come back) that gets record.md
 #   and logs.tar.gz (LOGDIR without checkpoints) after each step and every 45 s (written aside and
 #   renamed: a call killed meanwhile leaves the last whole one).
+# - TESTS_S (default 150; 0: none): the prebuilt tests' step stops after that many seconds (a test
+#   that hangs on the device took 253 of a call's 540 s on 2026-11-27); a program cut off says so.
 # Environment: PYTHON (default: python3 there, .venv/bin/python here), BUILD (default build-gpu; an
-# existing build folder is only rebuilt), JOBS, BUDGET_S, LIMIT_S, RESULTS (default: none of them).
+# existing build folder is only rebuilt), JOBS, BUDGET_S, LIMIT_S, TESTS_S, RESULTS (default: none of
+# them).
 set -uo pipefail
 root=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
 cd "$root"
@@ -256,7 +259,10 @@ tests() {  # NAME CTEST-ARGS...
 # running its tests matching FILTER in one process; a crash shows as its exit status).
 gtests() {
   local name=$1 filter=$2; shift 2
-  printf '%s\n' "$@" | bounded xargs -P 8 -I{} sh -c \
+  local t
+  t=$(left)
+  [ "${TESTS_S:-150}" -gt 0 ] && [ "${TESTS_S:-150}" -lt "$t" ] && t=${TESTS_S:-150}
+  printf '%s\n' "$@" | timeout -k 5 "$t" xargs -P 8 -I{} sh -c \
     '"$1" --gtest_filter="$2" >"$3/gtest-$4-$(basename "$1").log" 2>&1; rc=$?; echo "$(basename "$1") $rc"' \
     _ {} "$filter" "$logs" "$name" >"$logs/gtest-$name.status"
   local out passed failures failed skipped abnormal
@@ -272,7 +278,7 @@ gtests() {
   abnormal=$(awk -v failed="$failed" '$2 != 0 && !($2 == 1 && failed > 0) {printf "%s%s (exit %s)", sep, $1, $2; sep = ", "}' "$logs/gtest-$name.status")
   local ended
   ended=$(wc -l <"$logs/gtest-$name.status")
-  [ "$ended" -lt $# ] && abnormal="${abnormal:+$abnormal, }$(( $# - ended )) of $# programs cut off by LIMIT_S"
+  [ "$ended" -lt $# ] && abnormal="${abnormal:+$abnormal, }$(( $# - ended )) of $# programs cut off after $t s (TESTS_S or LIMIT_S)"
   note "tests ($name)" "$passed passed, $failed failed, $skipped skipped${abnormal:+; ended abnormally: $abnormal} (gtest-$name-*.log)"
   head -10 <<<"$failures"
 }

@@ -385,26 +385,26 @@ std::vector<int64_t> SequenceGenerator::finalize(Search& s, int64_t step, const 
 
 // Constrained search: the rows (sentences of this step's batch) whose candidates are all -inf, and
 // the sentences they are: hypotheses that cannot meet their constraints can end no other way.
-std::vector<int64_t> SequenceGenerator::dead_ends(const Search& s, const Candidates& cand) const {
+std::vector<std::pair<int64_t, int64_t>> SequenceGenerator::dead_ends(const Search& s, const Candidates& cand) const {
   const at::Tensor best = std::get<0>(cand.scores.max(1)).to(torch::kCPU).contiguous();
-  std::vector<int64_t> rows;
-  for (int64_t r = 0; r < best.size(0); ++r)
-    if (best.data_ptr<float>()[r] == kNegInf) rows.push_back(r);
-  if (rows.empty()) return rows;
-  const std::vector<int64_t> sentence_of = live_sentences(s);  // before this step finalizes any
-  std::vector<int64_t> out;
-  for (int64_t r : rows) out.insert(out.end(), {r, sentence_of[static_cast<size_t>(r)]});
+  std::vector<std::pair<int64_t, int64_t>> out;
+  std::vector<int64_t> sentence_of;  // (before this step finalizes any)
+  for (int64_t r = 0; r < best.size(0); ++r) {
+    if (best.data_ptr<float>()[r] != kNegInf) continue;
+    if (sentence_of.empty()) sentence_of = live_sentences(s);
+    out.emplace_back(r, sentence_of[static_cast<size_t>(r)]);
+  }
   return out;
 }
 
-// The sentences of `dead` (row, sentence pairs) that are not done yet are done with the hypotheses
-// they have (fairseq's search runs on to the maximum length and stops with an assertion).
-void SequenceGenerator::give_up(Search& s, const std::vector<int64_t>& dead, std::vector<int64_t>& done) const {
-  for (size_t i = 0; i + 1 < dead.size(); i += 2) {
-    const auto sentence = static_cast<size_t>(dead[i + 1]);
-    if (s.finished[sentence]) continue;
-    s.finished[sentence] = true;
-    done.push_back(dead[i]);
+// The sentences of `dead` (row, sentence) that are not done yet are done with the hypotheses they
+// have (fairseq's search runs on to the maximum length and stops with an assertion).
+void SequenceGenerator::give_up(Search& s, const std::vector<std::pair<int64_t, int64_t>>& dead,
+                                std::vector<int64_t>& done) const {
+  for (const auto& [row, sentence] : dead) {
+    if (s.finished[static_cast<size_t>(sentence)]) continue;
+    s.finished[static_cast<size_t>(sentence)] = true;
+    done.push_back(row);
     --s.num_remaining;
   }
 }
@@ -496,7 +496,7 @@ std::vector<std::vector<Hypothesis>> SequenceGenerator::generate(models::Encoder
     at::Tensor cand_bbsz_idx = cand.beams + (torch::arange(s.bsz, s.long_options) * beam).unsqueeze(1);
     at::Tensor eos_bbsz_idx = cand_bbsz_idx.narrow(1, 0, beam).masked_select(top_eos);
     std::vector<int64_t> done;
-    const std::vector<int64_t> dead = s.constrained ? dead_ends(s, cand) : std::vector<int64_t>();
+    const auto dead = s.constrained ? dead_ends(s, cand) : std::vector<std::pair<int64_t, int64_t>>();
     if (eos_bbsz_idx.numel() > 0) {
       done = finalize(s, step, eos_bbsz_idx, cand.scores.narrow(1, 0, beam).masked_select(top_eos));
       s.num_remaining -= static_cast<int64_t>(done.size());

@@ -107,8 +107,8 @@ class SequenceGenerator {
   Hypothesis make_hypothesis(const Search& s, const Finalizing& f, int64_t i, int64_t step, int64_t sent,
                              int64_t unfin) const;
   static std::vector<int64_t> live_sentences(const Search& s);
-  std::vector<int64_t> dead_ends(const Search& s, const Candidates& cand) const;
-  void give_up(Search& s, const std::vector<int64_t>& dead, std::vector<int64_t>& done) const;
+  std::vector<std::pair<int64_t, int64_t>> dead_ends(const Search& s, const Candidates& cand) const;
+  void give_up(Search& s, const std::vector<std::pair<int64_t, int64_t>>& dead, std::vector<int64_t>& done) const;
   void drop_sentences(Search& s, Candidates& cand, at::Tensor& eos_mask, const std::vector<int64_t>& done) const;
   void advance(Search& s, const Candidates& cand, at::Tensor& eos_mask, int64_t step) const;
 

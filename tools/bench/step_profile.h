@@ -94,6 +94,9 @@ inline std::string lower(std::string s) {
 
 inline bool contains(const std::string& s, const char* part) { return s.find(part) != std::string::npos; }
 
+// The name the profiler gives an autograd node's run: this prefix, then the node ("MmBackward0").
+inline const std::string kNodePrefix = "autograd::engine::evaluate_function: ";
+
 inline bool softmax_not_log(const std::string& n) {
   return contains(n, "softmax") && !contains(n, "log_softmax") && !contains(n, "logsoftmax");
 }
@@ -102,8 +105,8 @@ inline bool softmax_not_log(const std::string& n) {
 
 // The share an op's name puts it in by itself (see the header): all-reduce, attention, GEMM or other.
 inline Share op_share(const std::string& name) {
-  static const std::string kNode = "autograd::engine::evaluate_function: ";
-  std::string n = detail::lower(name.rfind(kNode, 0) == 0 ? name.substr(kNode.size()) : name);
+  using detail::kNodePrefix;
+  std::string n = detail::lower(name.rfind(kNodePrefix, 0) == 0 ? name.substr(kNodePrefix.size()) : name);
   using detail::contains;
   if (contains(n, "c10d") || contains(n, "nccl") || contains(n, "gloo") || contains(n, "allreduce") ||
       contains(n, "all_reduce"))
@@ -257,10 +260,10 @@ inline StepProfile profile_steps(const std::function<void()>& step, int steps, c
   // "aten::add_(Float,BFloat16) in AccumulateGrad" (the node tells a gradient's accumulation from
   // the forward's own add_, the dtypes a cast from a copy).
   const auto launcher_label = [](const std::vector<Op>& all, const Op& op) {
-    static const std::string kNode = "autograd::engine::evaluate_function: ";
+    using detail::kNodePrefix;
     std::string label = op.name + (op.dtypes.empty() ? "" : "(" + op.dtypes + ")");
     for (int p = op.parent; p >= 0; p = all[p].parent)
-      if (all[p].name.rfind(kNode, 0) == 0) return label + " in " + all[p].name.substr(kNode.size());
+      if (all[p].name.rfind(kNodePrefix, 0) == 0) return label + " in " + all[p].name.substr(kNodePrefix.size());
     return label;
   };
   StepProfile out;

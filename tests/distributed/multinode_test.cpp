@@ -25,7 +25,7 @@ namespace {
 const int kHosts = 2;
 const std::string kSubnet = "10.213.77";  // tools/netns/hosts.sh's default
 const int kStorePort = 29511;             // free in a fresh namespace
-const int kElasticUpdates = 1500;         // about 25 s: long enough for a host to leave and come back
+const int kElasticUpdates = 900;          // about 15 s: a host leaves and comes back within the first ~100
 
 std::string hosts_tool() { return source_dir() + "/tools/netns/hosts.sh"; }
 std::string host_name(int i) { return fmt::format("fsqh{}", i); }

@@ -87,9 +87,9 @@ void describe(DistributedTrainingConfig& c, Section& s) {
         "scaled by that size / the current one");
   s.add("zero_sharding", &c.zero_sharding,
         "ZeRO: `os` keeps the optimizer's state (adam) of one N-th of the parameters on each of the N workers, each "
-        "updates its share and all-gathers the weights (the same update as `none`, 8 + 8/N bytes per parameter "
-        "instead of 16)")
-      .one_of({"none", "os"});
+        "updates its share and all-gathers the weights (the same update as `none`); `os_grad` also keeps only "
+        "that N-th of the reduced gradient (4 + 12/N bytes per parameter; see docs/training.md)")
+      .one_of({"none", "os", "os_grad"});
 }
 
 void describe(DatasetConfig& c, Section& s) {
@@ -470,7 +470,8 @@ void check_training(const Config& cfg, std::vector<std::string>& errors) {
                                         "updates) is not implemented; the other backends average every update's "
                                         "gradients exactly.")
                           : std::string("fully sharded data parallel (FSDP) is not implemented; "
-                                        "`distributed_training.zero_sharding: os` shards the optimizer state and "
+                                        "`distributed_training.zero_sharding: os` or `os_grad` shards the optimizer "
+                                        "state (and gradients) and "
                                         "`model.checkpoint_activations` recomputes activations in backward.")));
   }
   if (!cfg.ema.store_ema && (cfg.ema.validate_with_ema || !cfg.ema.ema_seed_model.empty())) {

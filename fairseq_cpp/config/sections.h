@@ -76,7 +76,8 @@ struct DistributedTrainingConfig {
   std::string socket_ifname;
   // on a resume with another number of workers, scale update_freq to keep the run's global batch
   bool keep_global_batch = false;
-  std::string zero_sharding = "none";  // none | os: each worker keeps the optimizer state of 1/N of the parameters
+  std::string zero_sharding =
+      "none";  // none | os | os_grad: each worker keeps the optimizer state (and gradient) of 1/N
 };
 void describe(DistributedTrainingConfig& c, Section& s);
 

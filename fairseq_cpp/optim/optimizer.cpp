@@ -74,8 +74,8 @@ class Adam : public Optimizer {
     return all;
   }
 
-  bool shard(distributed::Gang& gang) override {
-    if (!take_shard(gang)) return false;
+  bool shard(distributed::Gang& gang, bool gradients) override {
+    if (!take_shard(gang, gradients)) return false;
     flat_exp_avg_ = shard_of(flat_exp_avg_).clone();  // the whole buffers go
     flat_exp_avg_sq_ = shard_of(flat_exp_avg_sq_).clone();
     exp_avg_.clear();
@@ -163,7 +163,8 @@ class Adam : public Optimizer {
       raise<OperationalError>("zero_sharding: the optimizer's parameters are no longer the views of its flat buffer");
     for (auto& t : steps_) ++t;
     at::Tensor params = shard_of(flat_params_);
-    update(params, shard_of(flat_grads_), flat_exp_avg_, flat_exp_avg_sq_, steps_.empty() ? 1 : steps_[0]);
+    const at::Tensor grads = gradients_sharded_ ? grad_shard_ : shard_of(flat_grads_);
+    update(params, grads, flat_exp_avg_, flat_exp_avg_sq_, steps_.empty() ? 1 : steps_[0]);
     flat_params_.copy_(gather_shards(params, "the updated weights' slices"));
     written_through_flat_buffer();
   }
@@ -313,12 +314,12 @@ bool Optimizer::flatten() {
 bool Optimizer::flat() const {
   if (!flat_params_.defined()) return false;
   const auto* params = flat_params_.data_ptr<float>();
-  const auto* grads = flat_grads_.data_ptr<float>();
+  const auto* grads = gradients_sharded_ ? nullptr : flat_grads_.data_ptr<float>();
   for (size_t i = 0; i < params_.size(); ++i) {
     const at::Tensor& p = params_[i];
-    if (!p.grad().defined() || p.data_ptr() != params + offsets_[i] || p.grad().data_ptr() != grads + offsets_[i] ||
-        !p.is_contiguous() || !p.grad().is_contiguous())
-      return false;
+    if (p.data_ptr() != params + offsets_[i] || !p.is_contiguous()) return false;
+    if (gradients_sharded_) continue;
+    if (!p.grad().defined() || p.grad().data_ptr() != grads + offsets_[i] || !p.grad().is_contiguous()) return false;
   }
   return true;
 }
@@ -340,18 +341,25 @@ at::Tensor Optimizer::flatten_state(std::vector<at::Tensor>& state) const {
   return flat;
 }
 
-bool Optimizer::shard(distributed::Gang& gang) {
+bool Optimizer::shard(distributed::Gang& gang, bool gradients) {
   (void)gang;
+  (void)gradients;
   return false;
 }
 
-bool Optimizer::take_shard(distributed::Gang& gang) {
+bool Optimizer::take_shard(distributed::Gang& gang, bool gradients) {
   if (!flat()) return false;
   const int64_t n = flat_params_.numel(), world = gang.size();
   shard_length_ = (n + world - 1) / world;
   shard_begin_ = std::min(n, gang.rank() * shard_length_);
   shard_end_ = std::min(n, shard_begin_ + shard_length_);
   shard_gang_ = &gang;
+  if (gradients) {  // the whole flat gradient goes: backward makes each parameter's own
+    grad_shard_ = torch::zeros({shard_end_ - shard_begin_}, flat_params_.options());
+    for (auto& p : params_) p.mutable_grad().reset();
+    flat_grads_ = at::Tensor();
+    gradients_sharded_ = true;
+  }
   return true;
 }
 
@@ -369,6 +377,11 @@ at::Tensor Optimizer::cat_flat(const std::vector<at::Tensor>& tensors) {
 }
 
 void Optimizer::zero_grad() {
+  if (gradients_sharded_) {  // released: backward makes them anew
+    for (auto& p : params_) p.mutable_grad().reset();
+    grad_shard_.zero_();
+    return;
+  }
   if (flat()) {
     flat_grads_.zero_();
     return;
@@ -437,11 +450,39 @@ int64_t held_bytes(const std::vector<at::Tensor>& tensors) {
   return bytes;
 }
 
+namespace {
+
+// The float64 sum of a float32 vector's squares (a one-element tensor on its device), a few million
+// elements at a time: no float64 copy of the whole vector, and no host sync before the caller's.
+at::Tensor sum_of_squares(const at::Tensor& v) {
+  constexpr int64_t kChunk = int64_t{1} << 22;
+  at::Tensor sum = at::zeros({1}, v.options().dtype(at::kDouble));
+  for (int64_t begin = 0; begin < v.numel(); begin += kChunk)
+    sum.add_(v.narrow(0, begin, std::min(kChunk, v.numel() - begin)).to(at::kDouble).square().sum());
+  return sum;
+}
+
+}  // namespace
+
 double clip_grad_norm(const at::Tensor& flat_grads, double max_norm) {
-  const double total = flat_grads.norm().item<double>();
+  const double total = std::sqrt(sum_of_squares(flat_grads).item<double>());
   if (max_norm > 0 && total > max_norm) {
     torch::NoGradGuard no_grad;
     flat_grads.mul_(max_norm / (total + 1e-6));
+  }
+  return total;
+}
+
+double clip_grad_norm(const at::Tensor& grad_shard, double max_norm, distributed::Gang& gang) {
+  at::Tensor squares = sum_of_squares(grad_shard);
+  {
+    distributed::CollectiveScope scope("the gradient norm's sum of squares over the gradient's slices");
+    distributed::all_sum(gang, squares);
+  }
+  const double total = std::sqrt(squares.item<double>());
+  if (max_norm > 0 && total > max_norm) {
+    torch::NoGradGuard no_grad;
+    grad_shard.mul_(max_norm / (total + 1e-6));
   }
   return total;
 }

@@ -56,9 +56,9 @@ class Optimizer {
   bool flatten();
   // Whether the parameters and gradients are still those views: a gradient replaced by another
   // tensor, or a parameter given other storage, breaks that, and the optimizer then works one
-  // parameter at a time again.
+  // parameter at a time again. With sharded gradients, the parameters only.
   bool flat() const;
-  // The flat gradient buffer (undefined before flatten()).
+  // The flat gradient buffer (undefined before flatten(), and with sharded gradients).
   const at::Tensor& flat_grads() const { return flat_grads_; }
 
   // ZeRO stage 1 (fairseq's `zero_sharding: os`), after flatten(): this rank keeps the optimizer's
@@ -69,8 +69,18 @@ class Optimizer {
   // rank calls it), and load_state_dict() keeps this rank's slice of a whole state, so checkpoints
   // are as unsharded and resume on any number of workers. Returns false for an optimizer without it
   // (sgd, nag) or parameters that are not flat.
-  virtual bool shard(distributed::Gang& gang);
+  // With `gradients` (ZeRO stage 2, `zero_sharding: os_grad`) the whole flat gradient buffer goes
+  // too: the parameters' gradients are tensors of their own that backward makes and the caller
+  // releases once reduced (trainer::GradBuckets), and step() takes this rank's slice of the reduced
+  // gradient from grad_shard(), which the caller fills.
+  virtual bool shard(distributed::Gang& gang, bool gradients);
   bool sharded() const { return shard_gang_ != nullptr; }
+  bool gradients_sharded() const { return gradients_sharded_; }
+  // With sharded gradients: this rank's slice of the flat gradient (float32), which step() uses.
+  const at::Tensor& grad_shard() const { return grad_shard_; }
+  // After shard(): this rank's slice [shard_begin(), shard_end()) of the flat buffer.
+  int64_t shard_begin() const { return shard_begin_; }
+  int64_t shard_end() const { return shard_end_; }
 
   // {"name", "lr", plus per-parameter state as lists in parameter order}; never a one-entry dict.
   virtual StateDict state_dict() const;
@@ -92,8 +102,9 @@ class Optimizer {
   void written_through_flat_buffer();
   // After shard(): this rank's slice of a flat buffer; a whole flat buffer from every rank's slice
   // of it (`slice`, this rank's, padded to the common length for the all-gather).
-  // Takes this rank's slice of the flat buffer (shard()'s part common to the optimizers); false when not flat.
-  bool take_shard(distributed::Gang& gang);
+  // Takes this rank's slice of the flat buffer (shard()'s part common to the optimizers), and of the
+  // gradients with `gradients`; false when not flat.
+  bool take_shard(distributed::Gang& gang, bool gradients);
   at::Tensor shard_of(const at::Tensor& flat) const { return flat.slice(0, shard_begin_, shard_end_); }
   at::Tensor gather_shards(const at::Tensor& slice, const std::string& what) const;
   // The whole flat buffer of per-parameter tensors (in parameter order).
@@ -105,6 +116,8 @@ class Optimizer {
   std::vector<int64_t> offsets_;             // params_[i] is [offsets_[i], offsets_[i] + numel) of them
   distributed::Gang* shard_gang_ = nullptr;  // set by shard()
   int64_t shard_begin_ = 0, shard_end_ = 0, shard_length_ = 0;  // this rank's slice; the common length
+  bool gradients_sharded_ = false;
+  at::Tensor grad_shard_;  // with sharded gradients: this rank's slice of the gradient
 };
 
 std::unique_ptr<Optimizer> build_optimizer(const OptimizerOptions& options, std::vector<at::Tensor> params);
@@ -115,7 +128,12 @@ int64_t held_bytes(const std::vector<at::Tensor>& tensors);
 // fairseq's clip_grad_norm_: the L2 norm of all gradients together; when max_norm > 0 and the norm
 // exceeds it, every gradient is scaled by max_norm / (norm + 1e-6). Returns the norm before clipping.
 double clip_grad_norm(const std::vector<at::Tensor>& params, double max_norm);
-// The same over a flat gradient buffer (Optimizer::flat_grads()): one norm, one scaling.
+// The same over a flat gradient buffer (Optimizer::flat_grads()): one norm, its squares summed in
+// float64 (exact for each square, so the norm does not depend on how the buffer is split), one scaling.
 double clip_grad_norm(const at::Tensor& flat_grads, double max_norm);
+// The same over every rank's slice of the gradient (Optimizer::grad_shard()): the slices' float64
+// sums of squares summed across `gang` (every rank calls it), so every rank gets the same norm, that
+// of the whole buffer up to the order of float64 additions.
+double clip_grad_norm(const at::Tensor& grad_shard, double max_norm, distributed::Gang& gang);
 
 }  // namespace fairseq_cpp::optim

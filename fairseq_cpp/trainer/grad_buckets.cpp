@@ -5,6 +5,7 @@
 #include <torch/csrc/autograd/utils/lambda_post_hook.h>
 #include <torch/csrc/autograd/variable.h>
 
+#include <algorithm>
 #include <chrono>
 
 #include <fmt/format.h>
@@ -15,19 +16,32 @@ namespace fairseq_cpp::trainer {
 
 GradBuckets::GradBuckets(const std::vector<at::Tensor>& params, at::Tensor flat_grads, int64_t cap)
     : flat_grads_(std::move(flat_grads)) {
-  std::vector<int64_t> offsets{0};
-  for (const auto& p : params) offsets.push_back(offsets.back() + p.numel());
-  if (offsets.back() != flat_grads_.numel())
-    raise<OperationalError>("gradient buckets: the parameters hold {} scalars, the flat gradients {}", offsets.back(),
-                         flat_grads_.numel());
+  int64_t scalars = 0;
+  for (const auto& p : params) scalars += p.numel();
+  if (scalars != flat_grads_.numel())
+    raise<OperationalError>("gradient buckets: the parameters hold {} scalars, the flat gradients {}", scalars,
+                            flat_grads_.numel());
+  build(params, cap);
+}
+
+GradBuckets::GradBuckets(const std::vector<at::Tensor>& params, int64_t cap, int64_t shard_begin, int64_t shard_end)
+    : sharded_(true), params_(params), shard_begin_(shard_begin), shard_end_(shard_end) {
+  build(params, cap);
+}
+
+void GradBuckets::build(const std::vector<at::Tensor>& params, int64_t cap) {
+  offsets_.assign(1, 0);
+  for (const auto& p : params) offsets_.push_back(offsets_.back() + p.numel());
   // From the last parameter: backward gives its gradient first.
   std::vector<size_t> bucket_of(params.size());
   for (size_t i = params.size(); i-- > 0;) {
     if (buckets_.empty() || buckets_.back().end - buckets_.back().begin >= cap) {
       buckets_.push_back(Bucket{});
-      buckets_.back().end = offsets[i + 1];
+      buckets_.back().end = offsets_[i + 1];
+      buckets_.back().last = i + 1;
     }
-    buckets_.back().begin = offsets[i];
+    buckets_.back().begin = offsets_[i];
+    buckets_.back().first = i;
     bucket_of[i] = buckets_.size() - 1;
     if (params[i].requires_grad()) ++buckets_.back().expected;
   }
@@ -61,7 +75,9 @@ void GradBuckets::arm(at::Tensor sums, distributed::Gang& gang, int64_t update) 
   for (auto& b : buckets_) {
     b.ready = 0;
     b.work.reset();
+    b.sum = at::Tensor();
   }
+  in_flight_.clear();
   armed_ = true;
 }
 
@@ -76,11 +92,46 @@ void GradBuckets::on_ready(size_t bucket) {
 }
 
 void GradBuckets::start(size_t bucket) {
+  if (sharded_) {
+    start_sharded(bucket);
+    return;
+  }
   Bucket& b = buckets_[bucket];
   at::Tensor sum = sums_.slice(0, b.begin, b.end);
   sum.add_(flat_grads_.slice(0, b.begin, b.end).to(at::kDouble));
   b.work = gang_->start_all_sum(sum, fmt::format("all-reduce of gradient bucket {} of {} at update {}", bucket + 1,
                                                  buckets_.size(), update_));
+}
+
+void GradBuckets::start_sharded(size_t bucket) {
+  Bucket& b = buckets_[bucket];
+  b.sum = at::empty({b.end - b.begin}, sums_.options());
+  for (size_t i = b.first; i < b.last; ++i) {
+    at::Tensor part = b.sum.narrow(0, offsets_[i] - b.begin, offsets_[i + 1] - offsets_[i]);
+    at::Tensor& grad = params_[i].mutable_grad();
+    if (grad.defined()) {
+      part.copy_(grad.reshape({-1}));
+      grad.reset();  // this rank keeps only its slice of the sum
+    } else {
+      part.zero_();
+    }
+  }
+  b.work = gang_->start_all_sum(
+      b.sum, fmt::format("all-reduce of gradient bucket {} of {} at update {}", bucket + 1, buckets_.size(), update_));
+  in_flight_.push_back(bucket);
+  while (in_flight_.size() > kInFlight) {
+    fold(in_flight_.front());
+    in_flight_.erase(in_flight_.begin());
+  }
+}
+
+void GradBuckets::fold(size_t bucket) {
+  Bucket& b = buckets_[bucket];
+  b.work->wait();
+  b.work.reset();
+  const int64_t lo = std::max(b.begin, shard_begin_), hi = std::min(b.end, shard_end_);
+  if (lo < hi) sums_.narrow(0, lo - shard_begin_, hi - lo).add_(b.sum.narrow(0, lo - b.begin, hi - lo));
+  b.sum = at::Tensor();
 }
 
 double GradBuckets::finish() {
@@ -91,9 +142,14 @@ double GradBuckets::finish() {
     armed_ = false;
   }
   const auto t0 = std::chrono::steady_clock::now();
-  for (auto& b : buckets_) {
-    b.work->wait();
-    b.work.reset();
+  if (sharded_) {
+    for (size_t bucket : in_flight_) fold(bucket);
+    in_flight_.clear();
+  } else {
+    for (auto& b : buckets_) {
+      b.work->wait();
+      b.work.reset();
+    }
   }
   return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
 }

@@ -12,6 +12,19 @@
 //   buckets.arm(grad_sum, gang, update);     // before the last micro-batch's backward
 //   loss.backward();                         // buckets start as their gradients are ready
 //   double waited = buckets.finish();        // every bucket started and summed on every rank
+//
+// With the gradients sharded (ZeRO stage 2, `zero_sharding: os_grad`) there is no flat gradient
+// buffer and no whole float64 sum: a ready bucket's gradients are copied into a float64 bucket of
+// their own and released, the bucket is all-reduced (Gloo has no reduce-scatter in LibTorch 1.13;
+// the volume is an all-reduce's either way), and only the part in this rank's slice is added to
+// `sums`, that slice's float64 sum. At most kInFlight buckets wait at once: the memory beyond the
+// slice is a few buckets, not the model. The sums are those of the unsharded all-reduce (the same
+// buckets summed by the same collective), bit for bit.
+//
+//   GradBuckets buckets(params, cap, optimizer.shard_begin(), optimizer.shard_end());
+//   buckets.arm(slice_sum, gang, update);    // before every micro-batch's backward
+//   loss.backward();
+//   buckets.finish();                        // slice_sum += this rank's slice of the reduced gradients
 
 #include <cstdint>
 #include <memory>
@@ -34,12 +47,16 @@ class GradBuckets {
   // `params` are views of `flat_grads`'s parameters in order (their gradients are `flat_grads`'s
   // consecutive slices); buckets hold about `cap` scalars, at least one parameter each.
   GradBuckets(const std::vector<at::Tensor>& params, at::Tensor flat_grads, int64_t cap);
+  // Sharded: the parameters' gradients are tensors of their own (or undefined: zeros), released as
+  // their bucket starts; this rank keeps the scalars [shard_begin, shard_end) of the flat order.
+  GradBuckets(const std::vector<at::Tensor>& params, int64_t cap, int64_t shard_begin, int64_t shard_end);
   ~GradBuckets();
   GradBuckets(const GradBuckets&) = delete;
   GradBuckets& operator=(const GradBuckets&) = delete;
 
   // For the next backward: a ready bucket's gradients are added to `sums` (float64, as flat_grads)
-  // and summed across `gang` in place; `update` names it in errors. Armed already (no finish()
+  // and summed across `gang` in place (sharded: summed across `gang`, then this rank's part added
+  // to `sums`, the slice's float64 sum); `update` names it in errors. Armed already (no finish()
   // since): nothing changes.
   void arm(at::Tensor sums, distributed::Gang& gang, int64_t update);
   // Starts every bucket not started yet (adding its gradients to the sums), in order, and waits
@@ -49,17 +66,31 @@ class GradBuckets {
   size_t size() const { return buckets_.size(); }
   // Buckets started by backward's hooks in the last armed backward (the others started in finish()).
   size_t started_by_backward() const { return started_by_backward_; }
+  // Sharded: the most buckets whose all-reduce is in flight at once.
+  static constexpr size_t kInFlight = 2;
 
  private:
   struct Bucket {
-    int64_t begin = 0, end = 0;  // scalars of flat_grads
+    int64_t begin = 0, end = 0;  // scalars of the flat order
+    size_t first = 0, last = 0;  // its parameters [first, last)
     int expected = 0;            // parameters that get a gradient
     int ready = 0;
     std::unique_ptr<distributed::PendingCollective> work;
+    at::Tensor sum;  // sharded: the bucket's float64 sum, in flight
   };
+  // The buckets from the last parameter backwards, and a hook on each gradient accumulator.
+  void build(const std::vector<at::Tensor>& params, int64_t cap);
   void on_ready(size_t bucket);
   void start(size_t bucket);  // with mutex_ held
+  void start_sharded(size_t bucket);
+  // Sharded: waits for the bucket's all-reduce and adds this rank's part to the slice's sums.
+  void fold(size_t bucket);
 
+  bool sharded_ = false;
+  std::vector<at::Tensor> params_;  // sharded: their gradients are read and released
+  std::vector<int64_t> offsets_;    // params_[i] is [offsets_[i], offsets_[i + 1]) of the flat order
+  int64_t shard_begin_ = 0, shard_end_ = 0;
+  std::vector<size_t> in_flight_;  // sharded: started, not yet folded, oldest first
   at::Tensor flat_grads_;
   std::vector<Bucket> buckets_;
   std::vector<std::shared_ptr<torch::autograd::Node>> accumulators_;  // kept alive: they hold the hooks

@@ -38,11 +38,12 @@ optim::LossScalerOptions loss_scaler_options(const config::Config& cfg, int64_t 
   return scaler;
 }
 
-// Where zero_sharding os leaves each worker: adam's two moments of its share (the first update's
-// log line says what it holds in all).
-void log_zero_sharding(int workers, int64_t parameters) {
+// Where zero_sharding os (os_grad) leaves each worker: adam's two moments (and the reduced
+// gradient) of its share (the first update's log line says what it holds in all).
+void log_zero_sharding(int workers, int64_t parameters, bool gradients) {
   const double n = static_cast<double>(parameters), world = static_cast<double>(workers);
-  log::info("trainer", "zero_sharding os: each of {} workers keeps adam's state of {} of the {} parameters", workers,
+  log::info("trainer", "zero_sharding {}: each of {} workers keeps adam's state{} of {} of the {} parameters",
+            gradients ? "os_grad" : "os", workers, gradients ? " and the gradient" : "",
             static_cast<int64_t>(std::ceil(n / world)), parameters);
 }
 
@@ -69,7 +70,9 @@ TrainerOptions trainer_options(const config::Config& cfg, int64_t world_size, in
   // fairseq's DDP backends: c10d / pytorch_ddp overlap the all-reduce with backward, the legacy one does not.
   const std::string& ddp = cfg.distributed_training.ddp_backend;
   o.overlap_all_reduce = ddp == "c10d" || ddp == "pytorch_ddp";
-  o.shard_optimizer_state = cfg.distributed_training.zero_sharding == "os";
+  const std::string& sharding = cfg.distributed_training.zero_sharding;
+  o.shard_optimizer_state = sharding == "os" || sharding == "os_grad";
+  o.shard_gradients = sharding == "os_grad";
   o.precision = optim::precision_of(cfg.common);
   if (cfg.common.fp16) {
     o.loss_scaler = loss_scaler_options(cfg, world_size, update_freq);
@@ -109,14 +112,18 @@ Trainer::Trainer(const TrainerOptions& options, std::shared_ptr<models::EncoderD
     // update's activations, where they would pin the heap's high end for the whole run.
     if (p.requires_grad() && !p.grad().defined()) p.mutable_grad() = at::zeros_like(p);
   }
-  if (options_.shard_optimizer_state && gang_.size() > 1 && !optimizer_->shard(gang_))
+  if (options_.shard_optimizer_state && gang_.size() > 1 && !optimizer_->shard(gang_, options_.shard_gradients))
     raise<UserError>(
-        "`distributed_training.zero_sharding: os` shards adam's state over one flat float32 buffer of "
+        "`distributed_training.zero_sharding: {}` shards adam's state over one flat float32 buffer of "
         "the parameters, but the optimizer is `{}`{}.",
-        optimizer_->name(), flat() ? "" : " and the parameters are not flat");
-  if (optimizer_->sharded()) log_zero_sharding(gang_.size(), num_scalars_);
+        options_.shard_gradients ? "os_grad" : "os", optimizer_->name(),
+        flat() ? "" : " and the parameters are not flat");
+  if (optimizer_->sharded()) log_zero_sharding(gang_.size(), num_scalars_, sharded_gradients());
   optimizer_->set_lr(lr_scheduler_->step_update(0));
-  if (options_.overlap_all_reduce && gang_.size() > 1 && flat())
+  if (sharded_gradients())
+    buckets_ =
+        std::make_unique<GradBuckets>(params_, bucket_scalars(), optimizer_->shard_begin(), optimizer_->shard_end());
+  else if (options_.overlap_all_reduce && gang_.size() > 1 && flat())
     buckets_ = std::make_unique<GradBuckets>(params_, optimizer_->flat_grads(), bucket_scalars());
 }
 
@@ -125,8 +132,9 @@ ModelStateBytes Trainer::model_state_bytes() const {
   bytes.weights = optim::held_bytes(params_);
   std::vector<at::Tensor> grads;
   for (const at::Tensor& p : params_) grads.push_back(p.grad());
+  grads.push_back(optimizer_->grad_shard());
   bytes.gradients = optim::held_bytes(grads);
-  bytes.gradient_sum = optim::held_bytes({grad_sum_});
+  bytes.gradient_sum = optim::held_bytes({grad_sum_, grad_shard_sum_});
   bytes.optimizer = optim::held_bytes(optimizer_->state_tensors());
   if (ema_) bytes.ema = optim::held_bytes(ema_->shadow());
   return bytes;
@@ -157,17 +165,21 @@ StepStats Trainer::train_step(const std::vector<data::Batch>& samples) {
   // A sum of several float32 gradients (micro-batches, workers) is taken in float64; a single
   // one is its own sum, and 8 bytes per parameter are saved.
   const bool one_term = gang_.size() == 1 && samples.size() == 1;
-  if (!one_term && !grad_sum_.defined())
-    grad_sum_ = at::zeros({num_scalars_}, at::TensorOptions().dtype(at::kDouble).device(device_));
+  const auto sum_options = at::TensorOptions().dtype(at::kDouble).device(device_);
+  if (sharded_gradients()) {
+    grad_shard_sum_ = at::zeros({optimizer_->shard_end() - optimizer_->shard_begin()}, sum_options);
+  } else if (!one_term && !grad_sum_.defined()) {
+    grad_sum_ = at::zeros({num_scalars_}, sum_options);
+  }
   if (grad_sum_.defined()) grad_sum_.zero_();
   // fp16 with its scaler, or, for a while after the scale reached its minimum, fp16_fallback's precision.
   const bool scaling = loss_scaler_ != nullptr && fallback_left_ == 0;
   criterions::LossStats local;
-  const bool oom = forward_backward(samples, scaling, one_term, local);
+  double waited = 0.0;
+  const bool oom = forward_backward(samples, scaling, one_term, local, waited);
   // Every bucket joins its all-reduce on every rank, also after a dummy batch or out of memory
   // (whose update every rank then skips): all ranks start the same collectives in the same order.
-  double waited = 0.0;
-  if (buckets_) {
+  if (buckets_ && !sharded_gradients()) {
     buckets_->arm(grad_sum_, gang_, num_updates_ + 1);  // no-op if armed: what backward did not start
     waited = buckets_->finish();
   }
@@ -180,6 +192,7 @@ StepStats Trainer::train_step(const std::vector<data::Batch>& samples) {
   StepStats stats = reduce_logging_outputs(local, oom);
   if (stats.ooms > 0 || stats.loss.sample_size == 0) {
     optimizer_->zero_grad();
+    grad_shard_sum_ = at::Tensor();
     stats.skipped = true;
     return stats;
   }
@@ -187,8 +200,7 @@ StepStats Trainer::train_step(const std::vector<data::Batch>& samples) {
   stats.allreduce_wait_seconds =
       waited + all_reduce_gradients(static_cast<double>(stats.loss.sample_size) * scale, one_term);
   if (buckets_) stats.buckets_started_by_backward = static_cast<int64_t>(buckets_->started_by_backward());
-  stats.gnorm = flat() ? optim::clip_grad_norm(optimizer_->flat_grads(), options_.clip_norm)
-                       : optim::clip_grad_norm(params_, options_.clip_norm);
+  stats.gnorm = clip_gradients();
   stats.clipped = options_.clip_norm > 0 && stats.gnorm > options_.clip_norm;
   // The gradients, hence the norm, are the same on every rank: so are these decisions.
   if (scaling && !std::isfinite(stats.gnorm)) return on_overflow(samples, stats);
@@ -199,41 +211,58 @@ StepStats Trainer::train_step(const std::vector<data::Batch>& samples) {
 }
 
 bool Trainer::forward_backward(const std::vector<data::Batch>& samples, bool scaling, bool one_term,
-                               criterions::LossStats& local) {
+                               criterions::LossStats& local, double& waited) {
   const optim::Precision precision = fallback_left_ > 0 ? *options_.fp16_fallback : options_.precision;
+  const bool sharded = sharded_gradients();
+  bool oom = false;
   for (size_t i = 0; i < samples.size(); ++i) {
     const data::Batch& batch = samples[i];
-    if (batch.empty()) continue;  // a dummy from a short shard: joins the collectives with weight 0
     const bool last = i + 1 == samples.size();
-    try {
-      // The last micro-batch's gradients go to the other workers during its backward.
-      if (buckets_ && last) buckets_->arm(grad_sum_, gang_, num_updates_ + 1);
-      // The (B, T, V) logits never exist at once: the loss projects the decoder's features a
-      // chunk of rows at a time.
-      models::DecoderFeatures decoded;
-      {
-        optim::AutocastScope autocast(precision, device_.type());
-        decoded = model_->forward_features(batch.src_tokens.to(device_), batch.src_lengths.to(device_),
-                                           batch.prev_output_tokens.to(device_));
-      }
-      // The loss: the output projection in the forward's precision on CUDA (float32 on the CPU),
-      // the log-softmax in float32, as fairseq's .float() before it.
-      criterions::LossOutput out = criterion_(decoded.features, decoded.output_weight, batch.target.to(device_),
-                                              optim::loss_matmul_dtype(precision, device_.type()));
-      decoded = {};
-      // fp16: the gradients are those of the scaled loss, divided by the scale after the all-reduce.
-      if (scaling) out.loss = out.loss * loss_scaler_->loss_scale();
-      out.loss.backward();
-      if (!one_term && !(buckets_ && last)) accumulate_gradients();
-      local.add(out.stats);
-    } catch (const std::bad_alloc&) {
-      return true;
-    } catch (const c10::Error& e) {
-      if (!is_out_of_memory(e)) throw;
+    // The last micro-batch's gradients go to the other workers during its backward (with sharded
+    // gradients every micro-batch's do, unless overlap is off); the others' are summed here.
+    const bool arm = buckets_ && (sharded ? options_.overlap_all_reduce : last);
+    const bool accumulate = !one_term && !sharded && !(buckets_ && last);
+    // A dummy from a short shard joins the collectives with weight 0.
+    if (!oom && !batch.empty()) oom = !backward_micro_batch(batch, precision, scaling, arm, accumulate, local);
+    if (sharded) {  // every rank reduces each micro-batch, also a dummy one or after out of memory
+      buckets_->arm(grad_shard_sum_, gang_, num_updates_ + 1);  // no-op if armed
+      waited += buckets_->finish();
+    } else if (oom) {
       return true;
     }
   }
-  return false;
+  return oom;
+}
+
+bool Trainer::backward_micro_batch(const data::Batch& batch, optim::Precision precision, bool scaling, bool arm,
+                                   bool accumulate, criterions::LossStats& local) {
+  try {
+    if (arm) buckets_->arm(sharded_gradients() ? grad_shard_sum_ : grad_sum_, gang_, num_updates_ + 1);
+    // The (B, T, V) logits never exist at once: the loss projects the decoder's features a
+    // chunk of rows at a time.
+    models::DecoderFeatures decoded;
+    {
+      optim::AutocastScope autocast(precision, device_.type());
+      decoded = model_->forward_features(batch.src_tokens.to(device_), batch.src_lengths.to(device_),
+                                         batch.prev_output_tokens.to(device_));
+    }
+    // The loss: the output projection in the forward's precision on CUDA (float32 on the CPU),
+    // the log-softmax in float32, as fairseq's .float() before it.
+    criterions::LossOutput out = criterion_(decoded.features, decoded.output_weight, batch.target.to(device_),
+                                            optim::loss_matmul_dtype(precision, device_.type()));
+    decoded = {};
+    // fp16: the gradients are those of the scaled loss, divided by the scale after the all-reduce.
+    if (scaling) out.loss = out.loss * loss_scaler_->loss_scale();
+    out.loss.backward();
+    if (accumulate) accumulate_gradients();
+    local.add(out.stats);
+  } catch (const std::bad_alloc&) {
+    return false;
+  } catch (const c10::Error& e) {
+    if (!is_out_of_memory(e)) throw;
+    return false;
+  }
+  return true;
 }
 
 StepStats Trainer::reduce_logging_outputs(const criterions::LossStats& local, bool oom) {
@@ -337,6 +366,12 @@ void Trainer::accumulate_gradients() {
 }
 
 double Trainer::all_reduce_gradients(double denominator, bool one_term) {
+  if (sharded_gradients()) {  // reduced already, bucket by bucket: this worker's slice only
+    grad_shard_sum_.div_(denominator);
+    optimizer_->grad_shard().copy_(grad_shard_sum_);
+    grad_shard_sum_ = at::Tensor();  // 8 / N bytes per parameter during the update only
+    return 0.0;
+  }
   if (one_term && flat()) {
     optimizer_->flat_grads().div_(denominator);
     return 0.0;
@@ -374,6 +409,12 @@ double Trainer::all_reduce_gradients(double denominator, bool one_term) {
     offset += n;
   }
   return seconds;
+}
+
+double Trainer::clip_gradients() {
+  if (sharded_gradients()) return optim::clip_grad_norm(optimizer_->grad_shard(), options_.clip_norm, gang_);
+  if (flat()) return optim::clip_grad_norm(optimizer_->flat_grads(), options_.clip_norm);
+  return optim::clip_grad_norm(params_, options_.clip_norm);
 }
 
 void Trainer::check_parameters_agree() {

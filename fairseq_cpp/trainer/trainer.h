@@ -50,6 +50,10 @@ struct TrainerOptions {
   int64_t fp16_fallback_updates = 1000;
   // With several workers: ZeRO stage 1 (`zero_sharding: os`), Optimizer::shard().
   bool shard_optimizer_state = false;
+  // With shard_optimizer_state: ZeRO stage 2 (`zero_sharding: os_grad`), each worker keeps its
+  // slice of the reduced gradient only (GradBuckets' sharded mode; every micro-batch's gradients
+  // are reduced during or after its backward).
+  bool shard_gradients = false;
 };
 
 // The trainer's options of `cfg` for `world_size` workers that start with update frequency
@@ -61,6 +65,8 @@ TrainerOptions trainer_options(const config::Config& cfg, int64_t world_size, in
 // gradients, the float64 sum of several gradients (workers or micro-batches: 8 bytes per
 // parameter, for sums that do not depend on their order), the optimizer's state (adam: 8 bytes per
 // parameter, or per parameter of this worker's slice with zero_sharding os) and the EMA's shadow.
+// With zero_sharding os_grad the gradients are this worker's slice (4 / N), and its float64 sum
+// (8 / N) exists during the update only.
 struct ModelStateBytes {
   int64_t weights = 0, gradients = 0, gradient_sum = 0, optimizer = 0, ema = 0;
   int64_t total() const { return weights + gradients + gradient_sum + optimizer + ema; }
@@ -121,8 +127,14 @@ class Trainer {
   // Forward and backward over this worker's micro-batches in the update's precision, the loss
   // scaled with `scaling`, their gradients summed (unless `one_term`) and their losses added to
   // `local`; returns whether it ran out of memory (then it stopped there).
+  // With sharded gradients every micro-batch's buckets are reduced (`waited` adds the seconds spent
+  // waiting), also after running out of memory, so that every rank joins the same collectives.
   bool forward_backward(const std::vector<data::Batch>& samples, bool scaling, bool one_term,
-                        criterions::LossStats& local);
+                        criterions::LossStats& local, double& waited);
+  // Forward and backward of one micro-batch (the buckets armed first with `arm`, the gradients added
+  // to grad_sum_ after with `accumulate`); false when it ran out of memory.
+  bool backward_micro_batch(const data::Batch& batch, optim::Precision precision, bool scaling, bool arm,
+                            bool accumulate, criterions::LossStats& local);
   // Sums every rank's losses and out-of-memory flags (one collective).
   StepStats reduce_logging_outputs(const criterions::LossStats& local, bool oom);
   // fp16: an overflow lowers the scale and skips the update, or at the minimum scale with
@@ -145,6 +157,10 @@ class Trainer {
   int64_t bucket_scalars() const;
   // Whether the weights and gradients are the optimizer's flat buffers, in params_'s order.
   bool flat() const { return optimizer_->flat(); }
+  // zero_sharding os_grad: this worker keeps its slice of the reduced gradient only.
+  bool sharded_gradients() const { return optimizer_->gradients_sharded(); }
+  // The global gradient norm before clipping, after clipping the gradients to clip_norm.
+  double clip_gradients();
 
   TrainerOptions options_;
   std::shared_ptr<models::EncoderDecoderModel> model_;
@@ -154,9 +170,11 @@ class Trainer {
   distributed::Gang& gang_;
   std::unique_ptr<Ema> ema_;
   std::unique_ptr<optim::DynamicLossScaler> loss_scaler_;
-  std::unique_ptr<GradBuckets> buckets_;  // overlap_all_reduce with several workers and flat gradients
+  // overlap_all_reduce with several workers and flat gradients, or sharded gradients
+  std::unique_ptr<GradBuckets> buckets_;
   std::vector<at::Tensor> params_;        // unique parameters, in a fixed order on every rank
   at::Tensor grad_sum_;                   // (all parameters,) float64: this update's gradient sum, once needed
+  at::Tensor grad_shard_sum_;             // sharded gradients: (this worker's slice,) float64, during an update
   int64_t num_scalars_ = 0;               // scalars in params_
   c10::Device device_;
   int64_t num_updates_ = 0;

@@ -112,7 +112,7 @@ TEST(Cli, FairseqsOtherDdpBackendsAreRefusedWithTheReason) {
   auto fsdp = run({program("fairseq-cpp-train"), preset, "--ddp-backend", "fully_sharded", "--dump-config"});
   EXPECT_EQ(fsdp.exit_code, 2);
   EXPECT_NE(fsdp.err.find("but is fully_sharded instead: fully sharded data parallel (FSDP) is not implemented; "
-                          "`distributed_training.zero_sharding: os` shards the optimizer state"),
+                          "`distributed_training.zero_sharding: os` or `os_grad` shards the optimizer state"),
             std::string::npos)
       << fsdp.err;
   auto slowmo = run({program("fairseq-cpp-train"), preset, "--ddp-backend", "slowmo", "--dump-config"});

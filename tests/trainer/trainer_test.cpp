@@ -70,7 +70,7 @@ class OnDevice : public ::testing::TestWithParam<std::string> {
 std::unique_ptr<Trainer> make_trainer(std::shared_ptr<models::TransformerModel> model, distributed::Gang& gang,
                                       int64_t check_interval = 0, std::optional<EmaOptions> ema = std::nullopt,
                                       optim::Precision precision = optim::Precision::kFloat32, bool overlap = true,
-                                      bool shard_optimizer_state = false) {
+                                      const std::string& zero_sharding = "none", double clip_norm = 1.0) {
   criterions::CriterionOptions co;
   co.name = "label_smoothed_cross_entropy";
   co.label_smoothing = 0.1;
@@ -83,13 +83,14 @@ std::unique_ptr<Trainer> make_trainer(std::shared_ptr<models::TransformerModel> 
   so.lr = {1e-3};
   so.warmup_updates = 4;
   TrainerOptions to;
-  to.clip_norm = 1.0;
+  to.clip_norm = clip_norm;
   to.check_interval = check_interval;
   to.bucket_cap_mb = 0.01;  // several buckets even for this small model
   to.ema = ema;
   to.precision = precision;
   to.overlap_all_reduce = overlap;
-  to.shard_optimizer_state = shard_optimizer_state;
+  to.shard_optimizer_state = zero_sharding != "none";
+  to.shard_gradients = zero_sharding == "os_grad";
   return std::make_unique<Trainer>(to, model, criterions::Criterion(co),
                                    optim::build_optimizer(oo, models::unique_parameters(*model)),
                                    optim::build_lr_scheduler(so), gang);
@@ -309,6 +310,28 @@ std::shared_ptr<FaultyModel> make_faulty_model(c10::Device device) {
                                              models::Vocabularies{kVocab, kVocab, 1, true});
   model->to(device);
   return model;
+}
+
+// With zero_sharding os_grad every micro-batch's gradients are reduced: a rank out of memory in its
+// first of two micro-batches still joins the second's all-reduces, and no rank waits for another.
+TEST_P(Training, OutOfMemoryWithShardedGradientsSkipsTheUpdateOnEveryRank) {
+  std::vector<std::shared_ptr<FaultyModel>> workers{make_faulty_model(device()), make_faulty_model(device())};
+  workers[1]->oom = true;
+  const std::vector<data::Batch> batches{make_batch(3, 710), make_batch(2, 711)};
+  std::vector<StepStats> stats(2);
+  on_ranks(2, 20, device(), [&](int r, distributed::Gang& gang) {
+    auto trainer = make_trainer(workers[static_cast<size_t>(r)], gang, 0, std::nullopt, optim::Precision::kFloat32,
+                                true, "os_grad");
+    stats[static_cast<size_t>(r)] = trainer->train_step(batches);
+    workers[static_cast<size_t>(r)]->oom = false;
+    if (trainer->train_step(batches).skipped || trainer->num_updates() != 1)
+      throw std::runtime_error("the update after it was skipped too");
+  });
+  for (int r = 0; r < 2; ++r) {
+    EXPECT_TRUE(stats[static_cast<size_t>(r)].skipped) << "rank " << r;
+    EXPECT_EQ(stats[static_cast<size_t>(r)].ooms, 1) << "rank " << r;
+  }
+  expect_same_parameters(*workers[0], *workers[1], 0.0);
 }
 
 TEST_P(Training, OutOfMemoryOnOneRankSkipsTheUpdateOnEveryRank) {
@@ -796,6 +819,57 @@ TEST_P(Training, BucketsAllReducedDuringBackwardGiveTheSameUpdate) {
   expect_same_parameters(*overlapped[0], *overlapped[1], 0.0);
 }
 
+// zero_sharding os_grad (issue 36): each worker keeps its slice of the reduced gradient only, every
+// micro-batch's buckets reduced during its backward (or after it, without overlap). The buckets
+// are the unsharded run's, summed by the same all-reduce, so the weights equal the unsharded run's
+// to the bit, on 2 and 3 workers with 2 micro-batches each (the float64 sums of a few float32 terms
+// are exact, in any order). The gradient norm is the slices' float64 sums of squares summed across
+// the workers, the unsharded one the whole buffer's: they differ only in the order of float64
+// additions (1e-12), not in the float32 factor that clipping scales by.
+TEST_P(Training, ShardedGradientsGiveTheUnshardedUpdate) {
+  const int steps = 3;
+  const double clip = 0.05;  // clips every update
+  for (const auto& [workers, overlap] : std::vector<std::pair<int, bool>>{{2, true}, {2, false}, {3, true}}) {
+    SCOPED_TRACE(::testing::Message() << workers << " workers, overlap " << overlap);
+    std::vector<std::vector<std::vector<data::Batch>>> batches(static_cast<size_t>(workers));  // [rank][step]
+    for (int r = 0; r < workers; ++r)
+      for (int n = 0; n < steps; ++n)
+        batches[static_cast<size_t>(r)].push_back(
+            {make_batch(2 + r, 2500 + 10 * n + 2 * r), make_batch(3, 2501 + 10 * n + 2 * r)});
+    std::vector<std::shared_ptr<models::TransformerModel>> models;  // [sharded * workers + rank]
+    for (int k = 0; k < 2 * workers; ++k) models.push_back(make_model());
+    std::vector<std::vector<StepStats>> stats(models.size());
+    std::vector<ModelStateBytes> held(models.size());
+    for (bool shard : {false, true}) {
+      on_ranks(workers, 60, device(), [&, overlap = overlap, workers = workers](int r, distributed::Gang& gang) {
+        const size_t k = static_cast<size_t>((shard ? workers : 0) + r);
+        auto trainer = make_trainer(models[k], gang, 0, std::nullopt, optim::Precision::kFloat32, overlap,
+                                    shard ? "os_grad" : "none", clip);
+        for (const auto& group : batches[static_cast<size_t>(r)]) stats[k].push_back(trainer->train_step(group));
+        held[k] = trainer->model_state_bytes();
+      });
+    }
+    for (int r = 0; r < workers; ++r) {
+      const size_t plain = static_cast<size_t>(r), sharded = static_cast<size_t>(workers + r);
+      for (int n = 0; n < steps; ++n) {
+        const StepStats &a = stats[plain][static_cast<size_t>(n)], &b = stats[sharded][static_cast<size_t>(n)];
+        EXPECT_FALSE(b.skipped);
+        EXPECT_TRUE(b.clipped) << "update " << n + 1;
+        EXPECT_NEAR(b.gnorm, a.gnorm, 1e-12 * a.gnorm) << "update " << n + 1;
+        EXPECT_EQ(b.loss.loss_sum, a.loss.loss_sum) << "update " << n + 1;
+        if (overlap) {
+          EXPECT_GE(b.buckets_started_by_backward, 5) << "update " << n + 1;
+        }
+      }
+      expect_same_parameters(*models[plain], *models[sharded], 0.0);
+      // Between updates: the gradient's slice (4 / N bytes per parameter), no float64 sum.
+      EXPECT_LE(held[sharded].gradients, held[plain].gradients / workers + 4);
+      EXPECT_EQ(held[sharded].gradient_sum, 0);
+      EXPECT_EQ(held[plain].gradient_sum, 2 * held[plain].gradients);
+    }
+  }
+}
+
 // A bucket that a rank never joins names itself: the other rank's error says which all-reduce of
 // which bucket at which update, within the gang's timeout.
 TEST_P(Training, AMissingBucketAllReduceNamesItself) {
@@ -828,18 +902,22 @@ TEST_P(Training, AMissingBucketAllReduceNamesItself) {
   EXPECT_LT(seconds, 11.0) << error;
 }
 
-// zero_sharding os under fp16's loss scaler (issue 36), on 2 and 3 Gloo workers with clipping on
-// and several buckets: an overflow injected on one worker (NaN features there) skips that update
-// on every worker and halves the scale, sharded or not, and the sharded run ends with the unsharded
-// run's weights, Adam state, loss scales and gradient norms to the bit. (Dropout stays off: the
-// workers are threads of one process, sharing one random generator; the whole runs of
-// TrainingRun.ShardedOptimizerState... have it on.)
-TEST_P(Training, ShardedOptimizerStateUnderFp16OverflowsEqualsTheUnshardedRun) {
-  const auto make = [](std::shared_ptr<FaultyModel> model, distributed::Gang& gang, bool shard) {
+// zero_sharding os and os_grad under fp16's loss scaler (issue 36), on 2 and 3 Gloo workers with
+// clipping on and several buckets: an overflow injected on one worker (NaN features there) skips
+// that update on every worker and halves the scale, sharded or not (os_grad: the NaN reaches every
+// worker's norm through the slices' sum of squares). Both end with the unsharded run's weights,
+// Adam state and loss scales to the bit, and its gradient norms (os_grad's, from the slices, up to
+// the order of float64 additions: 1e-12).
+// (Dropout stays off: the workers are threads of one process, sharing one random generator; the
+// whole runs of TrainingRun.ShardedOptimizerState... have it on.)
+TEST_P(Training, ShardedStateUnderFp16OverflowsEqualsTheUnshardedRun) {
+  const std::vector<std::string> modes{"none", "os", "os_grad"};
+  const auto make = [](std::shared_ptr<FaultyModel> model, distributed::Gang& gang, const std::string& mode) {
     TrainerOptions to = fp16_options(128, 2, 1e-4);
     to.clip_norm = 0.5;
     to.bucket_cap_mb = 0.01;
-    to.shard_optimizer_state = shard;
+    to.shard_optimizer_state = mode != "none";
+    to.shard_gradients = mode == "os_grad";
     return adam_trainer(to, model, gang);
   };
   const int steps = 4, overflow_at = 1;
@@ -847,14 +925,15 @@ TEST_P(Training, ShardedOptimizerStateUnderFp16OverflowsEqualsTheUnshardedRun) {
     std::vector<std::vector<data::Batch>> batches(static_cast<size_t>(steps));  // [step][rank]
     for (int s = 0; s < steps; ++s)
       for (int r = 0; r < workers; ++r) batches[static_cast<size_t>(s)].push_back(make_batch(2 + r, 2400 + 10 * s + r));
-    std::vector<std::shared_ptr<FaultyModel>> models;  // [shard * workers + rank]
-    for (int k = 0; k < 2 * workers; ++k) models.push_back(make_faulty_model(device()));
+    std::vector<std::shared_ptr<FaultyModel>> models;  // [mode * workers + rank]
+    for (size_t k = 0; k < modes.size() * static_cast<size_t>(workers); ++k)
+      models.push_back(make_faulty_model(device()));
     std::vector<std::vector<StepStats>> stats(models.size());
     std::vector<checkpoint::StateDict> states(models.size(), checkpoint::new_state_dict());
-    for (bool shard : {false, true}) {
+    for (size_t m = 0; m < modes.size(); ++m) {
       on_ranks(workers, 60, device(), [&](int r, distributed::Gang& gang) {
-        const size_t k = static_cast<size_t>((shard ? workers : 0) + r);
-        auto trainer = make(models[k], gang, shard);
+        const size_t k = m * static_cast<size_t>(workers) + static_cast<size_t>(r);
+        auto trainer = make(models[k], gang, modes[m]);
         for (int s = 0; s < steps; ++s) {
           models[k]->nan = s == overflow_at && r == workers - 1;
           stats[k].push_back(trainer->train_step({batches[static_cast<size_t>(s)][static_cast<size_t>(r)]}));
@@ -862,26 +941,28 @@ TEST_P(Training, ShardedOptimizerStateUnderFp16OverflowsEqualsTheUnshardedRun) {
         states[k] = trainer->optimizer().state_dict();  // gathered from every worker when sharded
       });
     }
-    for (int r = 0; r < workers; ++r) {
-      const size_t plain = static_cast<size_t>(r), sharded = static_cast<size_t>(workers + r);
-      SCOPED_TRACE(::testing::Message() << workers << " workers, rank " << r);
-      for (int s = 0; s < steps; ++s) {
-        const StepStats &a = stats[plain][static_cast<size_t>(s)], &b = stats[sharded][static_cast<size_t>(s)];
-        EXPECT_EQ(a.overflow, s == overflow_at) << "update " << s + 1;
-        EXPECT_EQ(b.overflow, a.overflow) << "update " << s + 1;
-        EXPECT_EQ(b.skipped, a.skipped) << "update " << s + 1;
-        EXPECT_EQ(b.loss_scale, a.loss_scale) << "update " << s + 1;
-        if (!a.overflow) {
+    for (size_t m = 1; m < modes.size(); ++m) {
+      const double rtol = modes[m] == "os" ? 0.0 : 1e-12;
+      for (int r = 0; r < workers; ++r) {
+        const size_t plain = static_cast<size_t>(r), sharded = m * static_cast<size_t>(workers) + plain;
+        SCOPED_TRACE(::testing::Message() << modes[m] << ", " << workers << " workers, rank " << r);
+        for (int s = 0; s < steps; ++s) {
+          const StepStats &a = stats[plain][static_cast<size_t>(s)], &b = stats[sharded][static_cast<size_t>(s)];
+          EXPECT_EQ(a.overflow, s == overflow_at) << "update " << s + 1;
+          EXPECT_EQ(b.overflow, a.overflow) << "update " << s + 1;
+          EXPECT_EQ(b.skipped, a.skipped) << "update " << s + 1;
+          EXPECT_EQ(b.loss_scale, a.loss_scale) << "update " << s + 1;
+          if (a.overflow) continue;
           EXPECT_TRUE(a.clipped) << "update " << s + 1;
-          EXPECT_EQ(b.gnorm, a.gnorm) << "update " << s + 1;
+          EXPECT_NEAR(b.gnorm, a.gnorm, rtol * a.gnorm) << "update " << s + 1;
         }
-      }
-      expect_same_parameters(*models[0], *models[sharded], 0.0);
-      for (const char* key : {"exp_avg", "exp_avg_sq"}) {
-        const auto x = states[0].at(key).toTensorList(), y = states[sharded].at(key).toTensorList();
-        ASSERT_EQ(x.size(), y.size());
-        for (size_t i = 0; i < x.size(); ++i)
-          EXPECT_TRUE(torch::equal(x.get(i).cpu(), y.get(i).cpu())) << key << " " << i;
+        expect_same_parameters(*models[0], *models[sharded], 0.0);
+        for (const char* key : {"exp_avg", "exp_avg_sq"}) {
+          const auto x = states[0].at(key).toTensorList(), y = states[sharded].at(key).toTensorList();
+          ASSERT_EQ(x.size(), y.size());
+          for (size_t i = 0; i < x.size(); ++i)
+            EXPECT_TRUE(torch::equal(x.get(i).cpu(), y.get(i).cpu())) << key << " " << i;
+        }
       }
     }
   }
@@ -890,7 +971,8 @@ TEST_P(Training, ShardedOptimizerStateUnderFp16OverflowsEqualsTheUnshardedRun) {
 // What each worker holds for the model follows the formula (issue 36), counted from the tensors'
 // storages: float32 weights and gradients (4 + 4 bytes per parameter), adam's two moments (8),
 // the float64 sum of several workers' gradients (8), the EMA's float32 shadow (4); with
-// zero_sharding os adam's moments of this worker's slice only (8 / N, the slices adding up to 8).
+// zero_sharding os adam's moments of this worker's slice only (8 / N, the slices adding up to 8);
+// with os_grad also the gradient's slice (4 / N) and no float64 sum between updates.
 TEST_P(Training, ModelStateBytesFollowTheFormula) {
   const data::Batch batch = make_batch(4, 2300);
   const auto scalars = [](Trainer& t) {
@@ -912,23 +994,30 @@ TEST_P(Training, ModelStateBytesFollowTheFormula) {
     EXPECT_EQ(b.total(), 20 * n);
   }
   for (int workers : {2, 3}) {
-    for (bool shard : {false, true}) {
+    for (const std::string mode : {"none", "os", "os_grad"}) {
+      const bool shard = mode != "none", grads = mode == "os_grad";
       std::vector<ModelStateBytes> held(static_cast<size_t>(workers));
       int64_t n = 0;
       on_ranks(workers, 60, device(), [&](int r, distributed::Gang& gang) {
-        auto trainer = make_trainer(make_model(), gang, 0, std::nullopt, optim::Precision::kFloat32, true, shard);
+        auto trainer = make_trainer(make_model(), gang, 0, std::nullopt, optim::Precision::kFloat32, true, mode);
         if (trainer->train_step({batch}).skipped) throw std::runtime_error("the update was skipped");
         held[static_cast<size_t>(r)] = trainer->model_state_bytes();
         if (r == 0) n = scalars(*trainer);
       });
       const int64_t share = (n + workers - 1) / workers;
-      int64_t optimizer_total = 0;
+      int64_t optimizer_total = 0, gradients_total = 0;
       for (int r = 0; r < workers; ++r) {
         const ModelStateBytes& b = held[static_cast<size_t>(r)];
-        SCOPED_TRACE(::testing::Message() << workers << " workers, sharded " << shard << ", rank " << r);
+        SCOPED_TRACE(::testing::Message() << workers << " workers, zero_sharding " << mode << ", rank " << r);
         EXPECT_EQ(b.weights, 4 * n);
-        EXPECT_EQ(b.gradients, 4 * n);
-        EXPECT_EQ(b.gradient_sum, 8 * n);
+        if (grads) {
+          EXPECT_LE(b.gradients, 4 * share);
+          EXPECT_GE(b.gradients, 4 * (n - (workers - 1) * share));
+        } else {
+          EXPECT_EQ(b.gradients, 4 * n);
+        }
+        gradients_total += b.gradients;
+        EXPECT_EQ(b.gradient_sum, grads ? 0 : 8 * n);
         EXPECT_EQ(b.ema, 0);
         if (shard) {
           EXPECT_LE(b.optimizer, 8 * share);
@@ -939,6 +1028,7 @@ TEST_P(Training, ModelStateBytesFollowTheFormula) {
         optimizer_total += b.optimizer;
       }
       EXPECT_EQ(optimizer_total, shard ? 8 * n : 8 * n * workers);
+      EXPECT_EQ(gradients_total, grads ? 4 * n : 4 * n * workers);
     }
   }
 }

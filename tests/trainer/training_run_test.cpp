@@ -141,10 +141,38 @@ TEST_F(TrainingRun, ShardedOptimizerStateTrainsTheUnshardedRunToTheBit) {
   }
 }
 
+TEST_F(TrainingRun, ShardedGradientsTrainTheUnshardedRunToTheBit) {
+  // zero_sharding os_grad with 2 workers in float32 and 3 in bf16, dropout and active clipping: the
+  // gradients' buckets are the unsharded run's and the norm is the slices' float64 sums of squares,
+  // so the weights and the logged losses and norms are the unsharded run's, bit for bit; each
+  // worker logs that it keeps its slice.
+  for (const auto& [world, bf16] : std::vector<std::pair<int, std::string>>{{2, "false"}, {3, "true"}}) {
+    const std::string tag = fmt::format("{}-{}", world, bf16);
+    std::string plain = work_.path() + "/plain-" + tag, sharded = work_.path() + "/os_grad-" + tag;
+    auto rp = train(config(plain, world, 1, 12, "", 0.1), {"common.bf16=" + bf16});
+    ASSERT_EQ(rp.exit_code, 0) << rp.err;
+    auto rs = train(config(sharded, world, 1, 12, "", 0.1),
+                    {"common.bf16=" + bf16, "distributed_training.zero_sharding=os_grad"});
+    ASSERT_EQ(rs.exit_code, 0) << rs.err;
+    EXPECT_NE(rs.err.find(fmt::format(
+                  "zero_sharding os_grad: each of {} workers keeps adam's state and the gradient of", world)),
+              std::string::npos)
+        << rs.err;
+    auto pp = parameters(plain), ps = parameters(sharded);
+    for (const auto& item : pp) EXPECT_TRUE(torch::equal(item.value(), ps.at(item.key()))) << tag << " " << item.key();
+    auto lp = inner_logs(rp.err), ls = inner_logs(rs.err);
+    ASSERT_EQ(ls.size(), 12u) << rs.err;
+    for (auto& [n, j] : ls) {
+      EXPECT_EQ(j["loss"], lp[n]["loss"]) << tag << ", update " << n;
+      EXPECT_EQ(j["gnorm"], lp[n]["gnorm"]) << tag << ", update " << n;
+    }
+  }
+}
+
 TEST_F(TrainingRun, ShardedCheckpointsResumeOnAnotherWorldSizeShardedOrNot) {
-  // One worker x update_freq 2 straight, against: 10 updates sharded over 2 workers, resumed by one
-  // unsharded worker; and 10 updates of one worker, resumed sharded over 2 workers. The checkpoint
-  // holds the whole optimizer state either way.
+  // One worker x update_freq 2 straight, against: 10 updates sharded (os) over 2 workers, resumed by
+  // one unsharded worker; and 10 updates of one worker, resumed sharded (os_grad) over 2 workers. The
+  // checkpoint holds the whole optimizer state either way.
   std::string straight = work_.path() + "/straight", a = work_.path() + "/a", b = work_.path() + "/b";
   ASSERT_EQ(train(config(straight, 1, 2, 20)).exit_code, 0);
   const std::string os = "distributed_training.zero_sharding=os";
@@ -155,7 +183,7 @@ TEST_F(TrainingRun, ShardedCheckpointsResumeOnAnotherWorldSizeShardedOrNot) {
   EXPECT_LT(max_relative_difference(parameters(straight), parameters(a)), 1e-5);
   auto b1 = train(config(b, 1, 2, 10));
   ASSERT_EQ(b1.exit_code, 0) << b1.err;
-  auto b2 = train(config(b, 2, 1, 20), {os});
+  auto b2 = train(config(b, 2, 1, 20), {"distributed_training.zero_sharding=os_grad"});
   ASSERT_EQ(b2.exit_code, 0) << b2.err;
   EXPECT_NE(b2.err.find("loaded " + b + "/checkpoint_last.pt"), std::string::npos) << b2.err;
   EXPECT_LT(max_relative_difference(parameters(straight), parameters(b)), 1e-5);

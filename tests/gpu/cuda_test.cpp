@@ -58,9 +58,9 @@ std::shared_ptr<models::TransformerModel> make_model(c10::Device device) {
 // parameters on CUDA and on the CPU then differ by more than their arithmetic does (1.6e-2
 // relative after 3 updates on the H100, 2026-11-26, with losses and gradient norms equal within
 // 1e-4 and 1e-3). SGD's step is linear in the gradient: its parameters are compared.
-std::unique_ptr<trainer::Trainer> make_trainer(std::shared_ptr<models::TransformerModel> model,
-                                               distributed::Gang& gang, optim::Precision precision,
-                                               const std::string& optimizer = "adam", bool shard = false) {
+std::unique_ptr<trainer::Trainer> make_trainer(std::shared_ptr<models::TransformerModel> model, distributed::Gang& gang,
+                                               optim::Precision precision, const std::string& optimizer = "adam",
+                                               const std::string& zero_sharding = "none") {
   criterions::CriterionOptions co;
   co.name = "label_smoothed_cross_entropy";
   co.label_smoothing = 0.1;
@@ -72,7 +72,8 @@ std::unique_ptr<trainer::Trainer> make_trainer(std::shared_ptr<models::Transform
   to.clip_norm = 1.0;
   to.precision = precision;
   to.bucket_cap_mb = 0.01;
-  to.shard_optimizer_state = shard;
+  to.shard_optimizer_state = zero_sharding != "none";
+  to.shard_gradients = zero_sharding == "os_grad";
   return std::make_unique<trainer::Trainer>(to, model, criterions::Criterion(co),
                                             optim::build_optimizer(oo, models::unique_parameters(*model)),
                                             optim::build_lr_scheduler(so), gang);
@@ -235,30 +236,38 @@ TEST(Cuda, BucketsAllReducedDuringBackwardOnCuda) {
 
 // zero_sharding os on CUDA: each of two Gloo ranks keeps adam's state of half the flat buffer,
 // updates its slice and all-gathers the weights; in bf16, with clipping, the weights end as the
-// unsharded ranks' to the bit, and each rank holds half the optimizer's bytes.
+// unsharded ranks' to the bit, and each rank holds half the optimizer's bytes. os_grad the same,
+// with each rank keeping half the gradient (its buckets all-reduced from CUDA gradients, its slice
+// summed in float64 on the device).
 TEST(Cuda, ShardedAdamStateOnTwoGlooCudaRanksTrainsTheUnshardedRunToTheBit) {
   ASSERT_TRUE(torch::cuda::is_available());
   std::vector<std::vector<data::Batch>> batches{{make_batch(3, 500), make_batch(2, 501), make_batch(4, 502)},
                                                 {make_batch(4, 503), make_batch(3, 504), make_batch(2, 505)}};
-  std::vector<std::shared_ptr<models::TransformerModel>> plain{make_model(kCuda), make_model(kCuda)},
-      sharded{make_model(kCuda), make_model(kCuda)};
-  std::vector<int64_t> plain_bytes(2), sharded_bytes(2);
-  for (bool shard : {false, true}) {
-    auto& models = shard ? sharded : plain;
-    auto& bytes = shard ? sharded_bytes : plain_bytes;
+  const std::vector<std::string> modes{"none", "os", "os_grad"};
+  std::vector<std::vector<std::shared_ptr<models::TransformerModel>>> models(modes.size());  // [mode][rank]
+  std::vector<std::vector<trainer::ModelStateBytes>> bytes(modes.size(), std::vector<trainer::ModelStateBytes>(2));
+  for (size_t m = 0; m < modes.size(); ++m) {
+    models[m] = {make_model(kCuda), make_model(kCuda)};
     on_two_gloo_cuda_ranks([&](int r, distributed::Gang& gang) {
       auto i = static_cast<size_t>(r);
-      auto trainer = make_trainer(models[i], gang, optim::Precision::kBFloat16, "adam", shard);
+      auto trainer = make_trainer(models[m][i], gang, optim::Precision::kBFloat16, "adam", modes[m]);
       for (const auto& batch : batches[i]) trainer->train_step({batch});
-      bytes[i] = trainer->model_state_bytes().optimizer;
+      bytes[m][i] = trainer->model_state_bytes();
     });
   }
-  for (size_t i = 0; i < 2; ++i) {
-    EXPECT_EQ(max_relative_difference(*sharded[i], *plain[i]), 0.0) << "rank " << i;
-    EXPECT_LE(sharded_bytes[i], plain_bytes[i] / 2 + 8) << "rank " << i;  // (8 bytes: an odd scalar)
+  const auto& plain = bytes[0];
+  for (size_t m = 1; m < modes.size(); ++m) {
+    for (size_t i = 0; i < 2; ++i) {
+      SCOPED_TRACE(modes[m] + ", rank " + std::to_string(i));
+      EXPECT_EQ(max_relative_difference(*models[m][i], *models[0][i]), 0.0);
+      EXPECT_LE(bytes[m][i].optimizer, plain[i].optimizer / 2 + 8);  // (8 bytes: an odd scalar)
+      if (modes[m] == "os_grad") {
+        EXPECT_LE(bytes[m][i].gradients, plain[i].gradients / 2 + 4);
+      }
+    }
+    EXPECT_EQ(bytes[m][0].optimizer + bytes[m][1].optimizer, plain[0].optimizer);
   }
-  EXPECT_EQ(sharded_bytes[0] + sharded_bytes[1], plain_bytes[0]);
-  EXPECT_EQ(max_relative_difference(*plain[0], *plain[1]), 0.0);
+  EXPECT_EQ(max_relative_difference(*models[0][0], *models[0][1]), 0.0);
 }
 
 }  // namespace

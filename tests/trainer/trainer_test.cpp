@@ -909,7 +909,7 @@ TEST_P(Training, AMissingBucketAllReduceNamesItself) {
 // Adam state and loss scales to the bit, and its gradient norms (os_grad's, from the slices, up to
 // the order of float64 additions: 1e-12).
 // (Dropout stays off: the workers are threads of one process, sharing one random generator; the
-// whole runs of TrainingRun.ShardedOptimizerState... have it on.)
+// whole runs of TrainingRun.ShardedState... have it on.)
 TEST_P(Training, ShardedStateUnderFp16OverflowsEqualsTheUnshardedRun) {
   const std::vector<std::string> modes{"none", "os", "os_grad"};
   const auto make = [](std::shared_ptr<FaultyModel> model, distributed::Gang& gang, const std::string& mode) {
@@ -1010,21 +1010,16 @@ TEST_P(Training, ModelStateBytesFollowTheFormula) {
         const ModelStateBytes& b = held[static_cast<size_t>(r)];
         SCOPED_TRACE(::testing::Message() << workers << " workers, zero_sharding " << mode << ", rank " << r);
         EXPECT_EQ(b.weights, 4 * n);
-        if (grads) {
-          EXPECT_LE(b.gradients, 4 * share);
-          EXPECT_GE(b.gradients, 4 * (n - (workers - 1) * share));
-        } else {
-          EXPECT_EQ(b.gradients, 4 * n);
-        }
-        gradients_total += b.gradients;
+        // `per` bytes per parameter of the whole model, or of this worker's slice (ceil(n / N) or the rest).
+        const auto expect_bytes = [&](int64_t bytes, int64_t per, bool sliced) {
+          EXPECT_LE(bytes, per * (sliced ? share : n));
+          EXPECT_GE(bytes, per * (sliced ? n - (workers - 1) * share : n));
+        };
+        expect_bytes(b.gradients, 4, grads);
+        expect_bytes(b.optimizer, 8, shard);
         EXPECT_EQ(b.gradient_sum, grads ? 0 : 8 * n);
         EXPECT_EQ(b.ema, 0);
-        if (shard) {
-          EXPECT_LE(b.optimizer, 8 * share);
-          EXPECT_GE(b.optimizer, 8 * (n - (workers - 1) * share));
-        } else {
-          EXPECT_EQ(b.optimizer, 8 * n);
-        }
+        gradients_total += b.gradients;
         optimizer_total += b.optimizer;
       }
       EXPECT_EQ(optimizer_total, shard ? 8 * n : 8 * n * workers);

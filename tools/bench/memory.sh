@@ -1,51 +1,78 @@
 #!/usr/bin/env bash
-# Memory and step time of a training update at transformer-big size (transformer_vaswani_wmt_en_de_big,
-# shared 32k vocabulary, MAX_TOKENS target tokens of 32-token sentences), without and with
-# activation checkpointing (model.checkpoint_activations), through the trainer as
-# fairseq-cpp-train runs it (tools/bench/train_step.cpp, 2 threads, one process per run; the two
-# settings alternate, PAIRS times). Per setting: the median step time over the runs' timed updates,
-# the model state counted from its tensors, the activations one forward pass and loss hold for
-# backward, and the peak resident set; then the ratios.
-#   tools/bench/memory.sh [BUILD_DIR] [PRECISION fp32|bf16] [MAX_TOKENS] [PAIRS]
+# Memory and step time of training updates at transformer-big size (transformer_vaswani_wmt_en_de_big,
+# shared 32k vocabulary, MAX_TOKENS target tokens of 32-token sentences per worker) on WORKERS Gloo
+# workers of this host (one process per rank, TCP, the threads split between them), through the
+# trainer as fairseq-cpp-train runs it (tools/bench/train_step.cpp): zero_sharding none, os and
+# os_grad, each without and with activation checkpointing (model.checkpoint_activations), one
+# setting after another. Per setting, the largest over the ranks: the median step time of the timed
+# updates, the model state counted from its tensors against the formula (bytes per parameter:
+# 24 unsharded, 16 + 8/N with os, 4 + 12/N with os_grad; docs/training.md#model-state-per-worker),
+# the activations one forward pass and loss hold for backward, the peak resident set and the rest
+# of it (peak minus model state); then each setting's step time against `none` with the same
+# checkpointing.
+#   tools/bench/memory.sh [BUILD_DIR] [PRECISION fp32|bf16] [MAX_TOKENS] [WORKERS] [ITERS]
 set -euo pipefail
 root=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
 build=${1:-$root/build}
 precision=${2:-bf16}
 max_tokens=${3:-2048}
-pairs=${4:-1}
+workers=${4:-2}
+iters=${5:-2}
 bench="$build/tools/bench/fsq_bench_train_step"
 [ -x "$bench" ] || { echo "memory: $bench is missing: build the project first (tools/setup.sh)" >&2; exit 2; }
 case "$precision" in fp32 | bf16) ;; *) echo "memory: PRECISION is fp32 or bf16, not \`$precision'" >&2; exit 2 ;; esac
+[ "$workers" -ge 1 ] 2>/dev/null || { echo "memory: WORKERS is a number of workers, not \`$workers'" >&2; exit 2; }
+threads=$(($(nproc) / workers))
+[ "$threads" -ge 1 ] || threads=1
 work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT
 
-for pair in $(seq "$pairs"); do
+port=$((29600 + RANDOM % 300))
+for sharding in none os os_grad; do
   for recompute in 0 1; do
-    "$bench" --cpu 1 --arch transformer_vaswani_wmt_en_de_big --vocab 32000 --max-tokens "$max_tokens" --len 32 \
-      --iters 2 --warmup 1 --gemm 0 --threads 2 --bf16 "$([ "$precision" = bf16 ] && echo 1 || echo 0)" \
-      --checkpoint-activations "$recompute" >"$work/run-$recompute-$pair"
+    port=$((port + 1))
+    pids=()
+    for rank in $(seq 0 $((workers - 1))); do
+      "$bench" --cpu 1 --arch transformer_vaswani_wmt_en_de_big --vocab 32000 --max-tokens "$max_tokens" --len 32 \
+        --iters "$iters" --warmup 1 --gemm 0 --threads "$threads" --bf16 "$([ "$precision" = bf16 ] && echo 1 || echo 0)" \
+        --checkpoint-activations "$recompute" --workers "$workers" --rank "$rank" --port "$port" \
+        --zero-sharding "$sharding" >"$work/$sharding-$recompute-$rank" 2>"$work/$sharding-$recompute-$rank.log" &
+      pids+=($!)
+    done
+    for rank in "${!pids[@]}"; do
+      wait "${pids[$rank]}" || {
+        echo "memory: rank $rank of zero_sharding $sharding, checkpointing $recompute failed:" >&2
+        cat "$work/$sharding-$recompute-$rank.log" >&2
+        exit 1
+      }
+    done
   done
 done
 
-/usr/bin/python3 - "$work" "$pairs" "$precision" "$max_tokens" <<'PY'
-import re, statistics, sys
-work, pairs, precision, tokens = sys.argv[1], int(sys.argv[2]), sys.argv[3], sys.argv[4]
+/usr/bin/python3 - "$work" "$workers" "$precision" "$max_tokens" "$threads" "$iters" <<'PY'
+import re, sys
+work, n, precision, tokens, threads, iters = sys.argv[1], int(sys.argv[2]), sys.argv[3], sys.argv[4], sys.argv[5], sys.argv[6]
+GIB = 2**30
 rows = {}
-for recompute in (0, 1):
-    steps, lines = [], []
-    for pair in range(1, pairs + 1):
-        text = open(f"{work}/run-{recompute}-{pair}").read()
-        steps.append(float(text.split("\n")[0].split()[4]))
-        lines.append(re.search(r"model state ([\d.]+).*activations ([\d.]+), peak RSS ([\d.]+)", text).groups())
-    state, act, peak = (statistics.median(float(l[i]) for l in lines) for i in range(3))
-    rows[recompute] = (statistics.median(steps), state, act, peak)
+for sharding in ("none", "os", "os_grad"):
+    for recompute in (0, 1):
+        ranks = []
+        for rank in range(n):
+            text = open(f"{work}/{sharding}-{recompute}-{rank}").read()
+            step = float(text.split("\n")[0].split()[4])
+            m = re.search(r"model state ([\d.]+) \(weights ([\d.]+).*activations ([\d.]+), peak RSS ([\d.]+)", text)
+            ranks.append((step, *map(float, m.groups())))
+        rows[(sharding, recompute)] = tuple(max(r[i] for r in ranks) for i in range(5))
+params = rows[("none", 0)][2] * GIB / 4  # float32 weights
+formula = {"none": 24 if n > 1 else 16, "os": 16 + 8 / n, "os_grad": 4 + 12 / n} if n > 1 else {"none": 16, "os": 16, "os_grad": 16}
 cpu = next((l.split(":", 1)[1].strip() for l in open("/proc/cpuinfo") if l.startswith("model name")), "unknown CPU")
-print(f"transformer_vaswani_wmt_en_de_big, 32k shared vocabulary, {precision}, {tokens} target tokens, "
-      f"2 threads, {pairs} pair(s), {cpu}")
-print(f"{'setting':<26} {'step ms':>9} {'model state GiB':>16} {'activations GiB':>16} {'peak RSS GiB':>13}")
-for recompute, name in ((0, "plain"), (1, "checkpoint_activations")):
-    step, state, act, peak = rows[recompute]
-    print(f"{name:<26} {step:>9.0f} {state:>16.2f} {act:>16.2f} {peak:>13.2f}")
-plain, ckpt = rows[0], rows[1]
-print(f"checkpointing: activations {plain[2] / max(ckpt[2], 1e-9):.1f}x smaller, step time {ckpt[0] / plain[0]:.2f}x")
+print(f"transformer_vaswani_wmt_en_de_big ({params / 1e6:.1f}M parameters), 32k shared vocabulary, {precision}, "
+      f"{tokens} target tokens per worker, {n} Gloo workers x {threads} thread(s), {iters} timed updates, {cpu}")
+print(f"{'zero_sharding':<14} {'checkpointing':<14} {'step s':>8} {'vs none':>8} {'model state GiB':>16} "
+      f"{'formula GiB':>12} {'state/formula':>14} {'activations GiB':>16} {'peak RSS GiB':>13} {'rest GiB':>9}")
+for (sharding, recompute), (step, state, weights, act, peak) in rows.items():
+    expected = formula[sharding] * params / GIB
+    base = rows[("none", recompute)][0]
+    print(f"{sharding:<14} {'yes' if recompute else 'no':<14} {step / 1000:>8.1f} {step / base:>7.2f}x {state:>16.2f} "
+          f"{expected:>12.2f} {state / expected:>13.2f}x {act:>16.2f} {peak:>13.2f} {peak - state:>9.2f}")
 PY

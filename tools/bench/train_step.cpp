@@ -16,12 +16,16 @@
 //   fsq_bench_train_step [--arch transformer|transformer_vaswani_wmt_en_de_big] [--vocab 32000]
 //       [--max-tokens 16384] [--len 64] [--bf16 1] [--iters 20] [--warmup 5] [--threads N]
 //       [--peak-tflops 989] [--cpu 1] [--gemm 0] [--profile FILE] [--profile-steps 2]
-//       [--checkpoint-activations 1]
+//       [--checkpoint-activations 1] [--workers N --rank R --port P] [--zero-sharding none|os|os_grad]
 // --checkpoint-activations 1: model.checkpoint_activations (each layer recomputed in backward).
+// --workers N: this process is rank R of N, a Gloo group over TCP with rank 0's store on
+// 127.0.0.1:P (run one process per rank: tools/bench/memory.sh); each rank trains on its own copy
+// of the batch, and --zero-sharding shards the optimizer state (os) and gradients (os_grad) over them.
 // On the CPU it also prints one line of memory (in GiB, 2^30 bytes):
-//   memory: model state 3.36 (parameters 0.84, gradients 0.84, optimizer 1.68), activations 2.10,
-//   peak RSS 6.38
-// the model state counted from its tensors; activations = what one more forward pass and loss of
+//   memory: model state 3.128 (weights 0.782, gradients 0.782, float64 sum 0.000, optimizer 1.564),
+//   activations 2.100, peak RSS 6.380
+// the model state counted from its tensors (trainer::Trainer::model_state_bytes, after the timed
+// updates: os_grad's float64 slice exists during an update only); activations = what one more forward pass and loss of
 // the same batch add to the resident set (what backward keeps), measured after the timed updates
 // with every allocation of 128 KiB or more served by its own mapping (mallopt M_MMAP_THRESHOLD),
 // so that a freed tensor leaves the resident set.
@@ -54,6 +58,7 @@
 #include "fairseq_cpp/core/torch_compat.h"
 #include "fairseq_cpp/criterions/cross_entropy.h"
 #include "fairseq_cpp/distributed/gang.h"
+#include "fairseq_cpp/distributed/process_group_gang.h"
 #include "fairseq_cpp/models/transformer.h"
 #include "fairseq_cpp/optim/lr_scheduler.h"
 #include "fairseq_cpp/optim/optimizer.h"
@@ -122,17 +127,27 @@ double activation_bytes(models::TransformerModel& model, const criterions::Crite
 }
 
 // The model state line (see the header).
-void print_memory(torch::nn::Module& model, const optim::Optimizer& optimizer, double activations) {
-  double params = 0, grads = 0, state = 0;
-  for (const at::Tensor& p : model.parameters()) {
-    params += static_cast<double>(p.nbytes());
-    if (p.grad().defined()) grads += static_cast<double>(p.grad().nbytes());
-  }
-  for (const auto& entry : optimizer.state_dict()) state += bytes_of(entry.value());
-  std::printf("memory: model state %.2f (parameters %.2f, gradients %.2f, optimizer %.2f), activations %.2f, peak RSS "
-              "%.2f\n",
-              gib(params + grads + state), gib(params), gib(grads), gib(state), gib(activations),
-              gib(peak_resident_bytes()));
+void print_memory(const trainer::ModelStateBytes& state, double activations) {
+  const auto g = [](int64_t bytes) { return gib(static_cast<double>(bytes)); };
+  std::printf(
+      "memory: model state %.3f (weights %.3f, gradients %.3f, float64 sum %.3f, optimizer %.3f), "
+      "activations %.3f, peak RSS %.3f\n",
+      g(state.total()), g(state.weights), g(state.gradients), g(state.gradient_sum), g(state.optimizer),
+      gib(activations), gib(peak_resident_bytes()));
+}
+
+// --workers N: this process's rank of a Gloo group over TCP on this host; else a group of one.
+std::shared_ptr<distributed::Gang> bench_gang(int argc, char** argv, c10::Device device) {
+  const int64_t workers = bench::flag(argc, argv, "--workers", 1);
+  if (workers <= 1) return std::make_shared<distributed::FakeGang>(1, 0, device);
+  distributed::ProcessGroupOptions o;
+  o.master_port = static_cast<int>(bench::flag(argc, argv, "--port", 29533));
+  o.rank = static_cast<int>(bench::flag(argc, argv, "--rank", 0));
+  o.world_size = static_cast<int>(workers);
+  o.timeout_seconds = 1200;
+  o.device = device;
+  o.backend = "gloo";
+  return distributed::make_process_group_gang(o);
 }
 
 }  // namespace
@@ -205,10 +220,17 @@ int main(int argc, char** argv) {
   to.clip_norm = 0.0;
   to.check_interval = 0;
   to.precision = bf16 ? optim::Precision::kBFloat16 : optim::Precision::kFloat32;
-  distributed::FakeGang one(1, 0, device);
+  const std::string sharding = text_flag(argc, argv, "--zero-sharding", "none");
+  if (sharding != "none" && sharding != "os" && sharding != "os_grad") {
+    std::fprintf(stderr, "fsq_bench_train_step: --zero-sharding is none, os or os_grad, not `%s'\n", sharding.c_str());
+    return 2;
+  }
+  to.shard_optimizer_state = sharding != "none";
+  to.shard_gradients = sharding == "os_grad";
+  const std::shared_ptr<distributed::Gang> gang = bench_gang(argc, argv, device);
   trainer::Trainer trainer(to, model, criterions::Criterion(co),
                            optim::build_optimizer(oo, models::unique_parameters(*model)), optim::build_lr_scheduler(so),
-                           one);
+                           *gang);
 
   auto sync = [&] {
     if (cuda) torch::cuda::synchronize();
@@ -251,7 +273,7 @@ int main(int argc, char** argv) {
               cuda ? "cuda" : "cpu", static_cast<long long>(batch * len), median_ms, tokens / (median_ms / 1000),
               peak_gib, tflops, cuda ? 100 * tflops / peak_tflops : 0.0);
   if (!cuda)
-    print_memory(*model, trainer.optimizer(), activation_bytes(*model, criterions::Criterion(co), b, to.precision));
+    print_memory(trainer.model_state_bytes(), activation_bytes(*model, criterions::Criterion(co), b, to.precision));
   // On the CPU: the GEMM-bound ceiling, from a large matrix product in the update's precision on
   // the same threads (the share of the update's model FLOP rate in it).
   if (!cuda && bench::flag(argc, argv, "--gemm", 1) != 0) {

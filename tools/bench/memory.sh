@@ -10,7 +10,8 @@
 # the activations one forward pass and loss hold for backward, the peak resident set and the rest
 # of it (peak minus model state); then each setting's step time against `none` with the same
 # checkpointing.
-#   tools/bench/memory.sh [BUILD_DIR] [PRECISION fp32|bf16] [MAX_TOKENS] [WORKERS] [ITERS]
+#   tools/bench/memory.sh [BUILD_DIR] [PRECISION fp32|bf16] [MAX_TOKENS] [WORKERS] [ITERS] [CHECKPOINTING]
+# CHECKPOINTING: "0 1" (default), or 0 or 1 alone (the settings without or with it only).
 set -euo pipefail
 root=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
 build=${1:-$root/build}
@@ -18,6 +19,7 @@ precision=${2:-bf16}
 max_tokens=${3:-2048}
 workers=${4:-2}
 iters=${5:-2}
+read -r -a recomputes <<<"${6:-0 1}"
 bench="$build/tools/bench/fsq_bench_train_step"
 [ -x "$bench" ] || { echo "memory: $bench is missing: build the project first (tools/setup.sh)" >&2; exit 2; }
 case "$precision" in fp32 | bf16) ;; *) echo "memory: PRECISION is fp32 or bf16, not \`$precision'" >&2; exit 2 ;; esac
@@ -29,7 +31,8 @@ trap 'rm -rf "$work"' EXIT
 
 port=$((29600 + RANDOM % 300))
 for sharding in none os os_grad; do
-  for recompute in 0 1; do
+  for recompute in "${recomputes[@]}"; do
+    case "$recompute" in 0 | 1) ;; *) echo "memory: CHECKPOINTING is 0, 1 or \"0 1\", not \`$recompute'" >&2; exit 2 ;; esac
     port=$((port + 1))
     pids=()
     for rank in $(seq 0 $((workers - 1))); do
@@ -49,13 +52,14 @@ for sharding in none os os_grad; do
   done
 done
 
-/usr/bin/python3 - "$work" "$workers" "$precision" "$max_tokens" "$threads" "$iters" <<'PY'
+/usr/bin/python3 - "$work" "$workers" "$precision" "$max_tokens" "$threads" "$iters" "${recomputes[@]}" <<'PY'
 import re, sys
 work, n, precision, tokens, threads, iters = sys.argv[1], int(sys.argv[2]), sys.argv[3], sys.argv[4], sys.argv[5], sys.argv[6]
+recomputes = [int(r) for r in sys.argv[7:]]
 GIB = 2**30
 rows = {}
 for sharding in ("none", "os", "os_grad"):
-    for recompute in (0, 1):
+    for recompute in recomputes:
         ranks = []
         for rank in range(n):
             text = open(f"{work}/{sharding}-{recompute}-{rank}").read()
@@ -63,7 +67,7 @@ for sharding in ("none", "os", "os_grad"):
             m = re.search(r"model state ([\d.]+) \(weights ([\d.]+).*activations ([\d.]+), peak RSS ([\d.]+)", text)
             ranks.append((step, *map(float, m.groups())))
         rows[(sharding, recompute)] = tuple(max(r[i] for r in ranks) for i in range(5))
-params = rows[("none", 0)][2] * GIB / 4  # float32 weights
+params = rows[("none", recomputes[0])][2] * GIB / 4  # float32 weights
 formula = {"none": 24 if n > 1 else 16, "os": 16 + 8 / n, "os_grad": 4 + 12 / n} if n > 1 else {"none": 16, "os": 16, "os_grad": 16}
 cpu = next((l.split(":", 1)[1].strip() for l in open("/proc/cpuinfo") if l.startswith("model name")), "unknown CPU")
 print(f"transformer_vaswani_wmt_en_de_big ({params / 1e6:.1f}M parameters), 32k shared vocabulary, {precision}, "

@@ -356,9 +356,9 @@ bool Optimizer::take_shard(distributed::Gang& gang, bool gradients) {
   shard_gang_ = &gang;
   if (gradients) {  // the whole flat gradient goes: backward makes each parameter's own
     grad_shard_ = torch::zeros({shard_end_ - shard_begin_}, flat_params_.options());
-    for (auto& p : params_) p.mutable_grad().reset();
     flat_grads_ = at::Tensor();
     gradients_sharded_ = true;
+    zero_grad();  // releases the parameters' views of it
   }
   return true;
 }
@@ -462,15 +462,21 @@ at::Tensor sum_of_squares(const at::Tensor& v) {
   return sum;
 }
 
+// fairseq's clipping of `grads` (all of them, or this rank's slice) from the whole gradient's
+// float64 sum of squares; returns the norm.
+double clip_by_norm(const at::Tensor& grads, const at::Tensor& squares, double max_norm) {
+  const double total = std::sqrt(squares.item<double>());
+  if (max_norm > 0 && total > max_norm) {
+    torch::NoGradGuard no_grad;
+    grads.mul_(max_norm / (total + 1e-6));
+  }
+  return total;
+}
+
 }  // namespace
 
 double clip_grad_norm(const at::Tensor& flat_grads, double max_norm) {
-  const double total = std::sqrt(sum_of_squares(flat_grads).item<double>());
-  if (max_norm > 0 && total > max_norm) {
-    torch::NoGradGuard no_grad;
-    flat_grads.mul_(max_norm / (total + 1e-6));
-  }
-  return total;
+  return clip_by_norm(flat_grads, sum_of_squares(flat_grads), max_norm);
 }
 
 double clip_grad_norm(const at::Tensor& grad_shard, double max_norm, distributed::Gang& gang) {
@@ -479,12 +485,7 @@ double clip_grad_norm(const at::Tensor& grad_shard, double max_norm, distributed
     distributed::CollectiveScope scope("the gradient norm's sum of squares over the gradient's slices");
     distributed::all_sum(gang, squares);
   }
-  const double total = std::sqrt(squares.item<double>());
-  if (max_norm > 0 && total > max_norm) {
-    torch::NoGradGuard no_grad;
-    grad_shard.mul_(max_norm / (total + 1e-6));
-  }
-  return total;
+  return clip_by_norm(grad_shard, squares, max_norm);
 }
 
 double clip_grad_norm(const std::vector<at::Tensor>& params, double max_norm) {

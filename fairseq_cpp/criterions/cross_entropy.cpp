@@ -214,46 +214,66 @@ LossOutput Criterion::operator()(const at::Tensor& logits, const at::Tensor& tar
   return (*this)(logits, at::Tensor(), target);
 }
 
-LossOutput Criterion::operator()(const at::Tensor& features_in, const at::Tensor& output_weight,
-                                 const at::Tensor& target_in, c10::ScalarType matmul_dtype) const {
+LossOutput Criterion::operator()(const at::Tensor& features, const at::Tensor& output_weight, const at::Tensor& target,
+                                 c10::ScalarType matmul_dtype) const {
+  LossOutput out = pending(features, output_weight, target, matmul_dtype);
+  out.settle();
+  return out;
+}
+
+void LossOutput::settle() {
+  if (!pending_sums.defined()) return;
+  const at::Tensor sums = pending_sums.to(at::kCPU, at::kDouble);  // the one wait
+  stats.loss_sum = sums[0].item<double>();
+  stats.nll_loss_sum = sums[1].item<double>();
+  if (sums.size(0) > 2) stats.n_correct = sums[2].item<int64_t>();
+  pending_sums = at::Tensor();
+}
+
+LossOutput Criterion::pending(const at::Tensor& features_in, const at::Tensor& output_weight,
+                              const at::Tensor& target_in, c10::ScalarType matmul_dtype) const {
   at::Tensor features = features_in;  // (B, T, C), or the logits (B, T, V)
-  at::Tensor target = target_in;
+  at::Tensor target = target_in;      // (B, T), on the host or on features' device
   if (options_.ignore_prefix_size > 0) {
     features = features.narrow(1, options_.ignore_prefix_size, features.size(1) - options_.ignore_prefix_size);
     target = target.narrow(1, options_.ignore_prefix_size, target.size(1) - options_.ignore_prefix_size);
   }
+  const at::Device device = features.device();
+  // Host to device without waiting for the device (a pageable source is staged at once).
+  auto to_device = [&device](const at::Tensor& t) { return t.to(device, /*non_blocking=*/true); };
   at::Tensor flat_features = features.reshape({-1, features.size(-1)});  // (B, T, C) -> (B * T, C)
   at::Tensor flat_target = target.reshape({-1});                         // (B, T) -> (B * T)
   const double eps = options_.name == "label_smoothed_cross_entropy" ? options_.label_smoothing : 0.0;
 
   LossOutput out;
   at::Tensor keep = flat_target.ne(options_.padding_idx);
-  out.stats.ntokens = keep.sum().item<int64_t>();
+  out.stats.ntokens = keep.sum().item<int64_t>();  // waits only for a target on a device
   out.stats.nsentences = target_in.size(0);
   out.stats.sample_size = options_.sentence_avg ? out.stats.nsentences : out.stats.ntokens;
+  at::Tensor n_correct;
   if (output_weight.defined()) {
     if (out.stats.ntokens < flat_target.size(0)) {
       at::Tensor rows = keep.nonzero().squeeze(1);
-      flat_features = flat_features.index_select(0, rows);
       flat_target = flat_target.index_select(0, rows);
+      flat_features = flat_features.index_select(0, to_device(rows));
     }
-    auto losses = LinearLabelSmoothedLoss::apply(flat_features, output_weight, flat_target, eps,
+    auto losses = LinearLabelSmoothedLoss::apply(flat_features, output_weight, to_device(flat_target), eps,
                                                  torch::GradMode::is_enabled(), options_.report_accuracy,
-                                                 chunk_elements_for(options_, flat_features.device()), matmul_dtype);
+                                                 chunk_elements_for(options_, device), matmul_dtype);
     out.loss = losses[0];
     out.nll_loss = losses[1];
-    if (options_.report_accuracy) out.stats.n_correct = losses[2].item<int64_t>();
+    if (options_.report_accuracy) n_correct = losses[2];
   } else {
+    flat_target = to_device(flat_target);
     at::Tensor logits = flat_features.to(torch::kFloat32);
     auto losses = FusedLabelSmoothedLoss::apply(logits, flat_target, eps, options_.padding_idx);
     out.loss = losses[0];
     out.nll_loss = losses[1];
-    if (options_.report_accuracy) {
-      out.stats.n_correct = logits.argmax(-1).eq(flat_target).logical_and(keep).sum().item<int64_t>();
-    }
+    if (options_.report_accuracy) n_correct = logits.argmax(-1).eq(flat_target).logical_and(to_device(keep)).sum();
   }
-  out.stats.loss_sum = out.loss.detach().item<double>();
-  out.stats.nll_loss_sum = out.nll_loss.detach().item<double>();
+  std::vector<at::Tensor> sums{out.loss.detach().to(at::kDouble), out.nll_loss.detach().to(at::kDouble)};
+  if (n_correct.defined()) sums.push_back(n_correct.to(at::kDouble));
+  out.pending_sums = at::stack(sums);
   return out;
 }
 

@@ -54,6 +54,11 @@ struct LossOutput {
   at::Tensor loss;      // scalar, summed; backward() on it
   at::Tensor nll_loss;  // scalar, summed
   LossStats stats;      // the same sums as numbers, plus the counts
+
+  // Criterion::pending leaves the sums on the device, so that forward and backward run without
+  // waiting for it; settle() reads them into `stats` (it waits).
+  void settle();
+  at::Tensor pending_sums;  // (2 or 3): loss, nll_loss[, n_correct], detached; undefined once settled
 };
 
 class Criterion {
@@ -68,8 +73,13 @@ class Criterion {
   // logits, and the gradients' A W and A^T h) take inputs rounded to it and give its precision, as
   // fairseq's half-precision output layer does; the log-softmax, the loss and the gradients' sums
   // stay float32. float32 (the default): every product in float32.
+  // A target on the host with features on a device: the counts come from the host and the
+  // target travels without waiting for the device.
   LossOutput operator()(const at::Tensor& features, const at::Tensor& output_weight, const at::Tensor& target,
                         c10::ScalarType matmul_dtype = c10::ScalarType::Float) const;
+  // The same with the sums not yet read (LossOutput::settle): the training step's form.
+  LossOutput pending(const at::Tensor& features, const at::Tensor& output_weight, const at::Tensor& target,
+                     c10::ScalarType matmul_dtype = c10::ScalarType::Float) const;
   const CriterionOptions& options() const { return options_; }
 
  private:

@@ -269,8 +269,9 @@ at::Tensor TransformerDecoderImpl::features(const at::Tensor& tokens, const Enco
   at::Tensor self_padding;
   if (!incremental) {
     causal = nn::causal_mask(input.size(1), input.device());
-    at::Tensor pad = input.eq(padding_idx_);
-    if (pad.any().item<bool>()) self_padding = pad;
+    // Always the mask, as the encoder does: asking whether any row is padded would make the host
+    // wait for the device in every forward; an all-false mask leaves the scores as they are.
+    self_padding = input.eq(padding_idx_);
   }
   // Once the cross-attention caches hold the projected states, the states themselves are not read.
   const bool projected = incremental && !state->layers.empty() && state->layers[0].encoder_attn.key.defined();

@@ -101,7 +101,7 @@ std::vector<SubsetLoss> validate(const config::Config& cli) {
                                                  batch.prev_output_tokens.to(device));
       }
       const c10::ScalarType matmul = optim::loss_matmul_dtype(optim::precision_of(cli.common), device.type());
-      result.stats.add(criterion(decoded.features, decoded.output_weight, batch.target.to(device), matmul).stats);
+      result.stats.add(criterion(decoded.features, decoded.output_weight, batch.target, matmul).stats);
       ++result.batches;
     }
     results.push_back(result);

@@ -243,18 +243,20 @@ bool Trainer::backward_micro_batch(const data::Batch& batch, optim::Precision pr
     models::DecoderFeatures decoded;
     {
       optim::AutocastScope autocast(precision, device_.type());
-      decoded = model_->forward_features(batch.src_tokens.to(device_), batch.src_lengths.to(device_),
-                                         batch.prev_output_tokens.to(device_));
+      decoded = model_->forward_features(to_device(batch.src_tokens), to_device(batch.src_lengths),
+                                         to_device(batch.prev_output_tokens));
     }
     // The loss: the output projection in the forward's precision on CUDA (float32 on the CPU),
-    // the log-softmax in float32, as fairseq's .float() before it.
-    criterions::LossOutput out = criterion_(decoded.features, decoded.output_weight, batch.target.to(device_),
-                                            optim::loss_matmul_dtype(precision, device_.type()));
+    // the log-softmax in float32, as fairseq's .float() before it. Its sums are read after
+    // backward, so that the host never waits for the device between forward and backward.
+    criterions::LossOutput out = criterion_.pending(decoded.features, decoded.output_weight, batch.target,
+                                                    optim::loss_matmul_dtype(precision, device_.type()));
     decoded = {};
     // fp16: the gradients are those of the scaled loss, divided by the scale after the all-reduce.
     if (scaling) out.loss = out.loss * loss_scaler_->loss_scale();
     out.loss.backward();
     if (accumulate) accumulate_gradients();
+    out.settle();
     local.add(out.stats);
   } catch (const std::bad_alloc&) {
     return false;
@@ -440,10 +442,10 @@ criterions::LossStats Trainer::valid_step(const data::Batch& batch) {
   models::DecoderFeatures decoded;
   {
     optim::AutocastScope autocast(options_.precision, device_.type());
-    decoded = model_->forward_features(batch.src_tokens.to(device_), batch.src_lengths.to(device_),
-                                       batch.prev_output_tokens.to(device_));
+    decoded = model_->forward_features(to_device(batch.src_tokens), to_device(batch.src_lengths),
+                                       to_device(batch.prev_output_tokens));
   }
-  return criterion_(decoded.features, decoded.output_weight, batch.target.to(device_),
+  return criterion_(decoded.features, decoded.output_weight, batch.target,
                     optim::loss_matmul_dtype(options_.precision, device_.type()))
       .stats;
 }

@@ -133,6 +133,8 @@ class Trainer {
                         criterions::LossStats& local, double& waited);
   // Forward and backward of one micro-batch (the buckets armed first with `arm`, the gradients added
   // to grad_sum_ after with `accumulate`); false when it ran out of memory.
+  // A batch's tensor on the training device, without waiting for it (a pageable source is staged at once).
+  at::Tensor to_device(const at::Tensor& host) const { return host.to(device_, /*non_blocking=*/true); }
   bool backward_micro_batch(const data::Batch& batch, optim::Precision precision, bool scaling, bool arm,
                             bool accumulate, criterions::LossStats& local);
   // Sums every rank's losses and out-of-memory flags (one collective).

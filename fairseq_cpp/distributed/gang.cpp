@@ -72,6 +72,7 @@ namespace {
 class DoneCollective : public PendingCollective {
  public:
   void wait() override {}
+  bool done() override { return true; }
 };
 }  // namespace
 

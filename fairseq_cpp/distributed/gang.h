@@ -50,6 +50,8 @@ class PendingCollective {
   virtual ~PendingCollective() = default;
   // Returns when the collective is done; throws GangError as the blocking collective would.
   virtual void wait() = 0;
+  // Whether wait() would return (or throw) at once; never waits.
+  virtual bool done() = 0;
 };
 
 class Gang {

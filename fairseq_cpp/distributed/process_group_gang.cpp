@@ -283,6 +283,7 @@ class ProcessGroupGang : public Gang {
       auto work = std::move(work_);
       gang_.finish(what_, [&] { return work; });
     }
+    bool done() override { return !work_ || work_->isCompleted(); }
 
    private:
     ProcessGroupGang& gang_;

@@ -24,8 +24,9 @@ GradBuckets::GradBuckets(const std::vector<at::Tensor>& params, at::Tensor flat_
   build(params, cap);
 }
 
-GradBuckets::GradBuckets(const std::vector<at::Tensor>& params, int64_t cap, int64_t shard_begin, int64_t shard_end)
-    : sharded_(true), params_(params), shard_begin_(shard_begin), shard_end_(shard_end) {
+GradBuckets::GradBuckets(const std::vector<at::Tensor>& params, int64_t cap, int64_t shard_begin, int64_t shard_end,
+                         bool wait_in_hooks)
+    : sharded_(true), params_(params), shard_begin_(shard_begin), shard_end_(shard_end), wait_in_hooks_(wait_in_hooks) {
   build(params, cap);
 }
 
@@ -119,7 +120,8 @@ void GradBuckets::start_sharded(size_t bucket) {
   b.work = gang_->start_all_sum(
       b.sum, fmt::format("all-reduce of gradient bucket {} of {} at update {}", bucket + 1, buckets_.size(), update_));
   in_flight_.push_back(bucket);
-  while (in_flight_.size() > kInFlight) {
+  while (!in_flight_.empty() &&
+         (buckets_[in_flight_.front()].work->done() || (wait_in_hooks_ && in_flight_.size() > kInFlight))) {
     fold(in_flight_.front());
     in_flight_.erase(in_flight_.begin());
   }

@@ -17,9 +17,13 @@
 // buffer and no whole float64 sum: a ready bucket's gradients are copied into a float64 bucket of
 // their own and released, the bucket is all-reduced (Gloo has no reduce-scatter in LibTorch 1.13;
 // the volume is an all-reduce's either way), and only the part in this rank's slice is added to
-// `sums`, that slice's float64 sum. At most kInFlight buckets wait at once: the memory beyond the
-// slice is a few buckets, not the model. The sums are those of the unsharded all-reduce (the same
-// buckets summed by the same collective), bit for bit.
+// `sums`, that slice's float64 sum. A bucket is folded into the slice as soon as its all-reduce is
+// done; where backward runs on the thread that called it (the CPU), its hooks also wait so that at
+// most kInFlight buckets are in flight: the memory beyond the slice is a few buckets, not the model.
+// A device's backward runs on the autograd engine's thread for that device, which every thread of
+// the process shares (ranks as threads, in tests): there a hook that waited for its peers could
+// wait for a backward queued behind itself, so its hooks never wait, and finish() folds the rest. The sums are those of
+// the unsharded all-reduce (the same buckets summed by the same collective), bit for bit.
 //
 //   GradBuckets buckets(params, cap, optimizer.shard_begin(), optimizer.shard_end());
 //   buckets.arm(slice_sum, gang, update);    // before every micro-batch's backward
@@ -49,7 +53,10 @@ class GradBuckets {
   GradBuckets(const std::vector<at::Tensor>& params, at::Tensor flat_grads, int64_t cap);
   // Sharded: the parameters' gradients are tensors of their own (or undefined: zeros), released as
   // their bucket starts; this rank keeps the scalars [shard_begin, shard_end) of the flat order.
-  GradBuckets(const std::vector<at::Tensor>& params, int64_t cap, int64_t shard_begin, int64_t shard_end);
+  // `wait_in_hooks`: whether backward's hooks may wait for collectives (they run on the thread
+  // that called backward: true for CPU parameters).
+  GradBuckets(const std::vector<at::Tensor>& params, int64_t cap, int64_t shard_begin, int64_t shard_end,
+              bool wait_in_hooks);
   ~GradBuckets();
   GradBuckets(const GradBuckets&) = delete;
   GradBuckets& operator=(const GradBuckets&) = delete;
@@ -66,7 +73,7 @@ class GradBuckets {
   size_t size() const { return buckets_.size(); }
   // Buckets started by backward's hooks in the last armed backward (the others started in finish()).
   size_t started_by_backward() const { return started_by_backward_; }
-  // Sharded: the most buckets whose all-reduce is in flight at once.
+  // Sharded, with wait_in_hooks: the most buckets whose all-reduce is in flight at once.
   static constexpr size_t kInFlight = 2;
 
  private:
@@ -90,6 +97,7 @@ class GradBuckets {
   std::vector<at::Tensor> params_;  // sharded: their gradients are read and released
   std::vector<int64_t> offsets_;    // params_[i] is [offsets_[i], offsets_[i + 1]) of the flat order
   int64_t shard_begin_ = 0, shard_end_ = 0;
+  bool wait_in_hooks_ = true;
   std::vector<size_t> in_flight_;  // sharded: started, not yet folded, oldest first
   at::Tensor flat_grads_;
   std::vector<Bucket> buckets_;

@@ -122,7 +122,8 @@ Trainer::Trainer(const TrainerOptions& options, std::shared_ptr<models::EncoderD
   optimizer_->set_lr(lr_scheduler_->step_update(0));
   if (sharded_gradients())
     buckets_ =
-        std::make_unique<GradBuckets>(params_, bucket_scalars(), optimizer_->shard_begin(), optimizer_->shard_end());
+        std::make_unique<GradBuckets>(params_, bucket_scalars(), optimizer_->shard_begin(), optimizer_->shard_end(),
+                                      /*wait_in_hooks=*/device_.is_cpu());
   else if (options_.overlap_all_reduce && gang_.size() > 1 && flat())
     buckets_ = std::make_unique<GradBuckets>(params_, optimizer_->flat_grads(), bucket_scalars());
 }

@@ -81,6 +81,13 @@ class Optimizer {
   // After shard(): this rank's slice [shard_begin(), shard_end()) of the flat buffer.
   int64_t shard_begin() const { return shard_begin_; }
   int64_t shard_end() const { return shard_end_; }
+  // The flat parameter buffer (undefined before flatten()).
+  const at::Tensor& flat_params() const { return flat_params_; }
+  // After shard(): this rank's slice of a flat buffer; a whole flat buffer from every rank's slice
+  // of it (`slice`, this rank's, padded to the common length for the all-gather: a collective,
+  // every rank calls it; `what` names it in an error).
+  at::Tensor shard_of(const at::Tensor& flat) const { return flat.slice(0, shard_begin_, shard_end_); }
+  at::Tensor gather_shards(const at::Tensor& slice, const std::string& what) const;
 
   // {"name", "lr", plus per-parameter state as lists in parameter order}; never a one-entry dict.
   virtual StateDict state_dict() const;
@@ -100,13 +107,9 @@ class Optimizer {
   // After writing the weights through flat_params_: moves every parameter's version counter, as a
   // write through the parameter itself would.
   void written_through_flat_buffer();
-  // After shard(): this rank's slice of a flat buffer; a whole flat buffer from every rank's slice
-  // of it (`slice`, this rank's, padded to the common length for the all-gather).
   // Takes this rank's slice of the flat buffer (shard()'s part common to the optimizers), and of the
   // gradients with `gradients`; false when not flat.
   bool take_shard(distributed::Gang& gang, bool gradients);
-  at::Tensor shard_of(const at::Tensor& flat) const { return flat.slice(0, shard_begin_, shard_end_); }
-  at::Tensor gather_shards(const at::Tensor& slice, const std::string& what) const;
   // The whole flat buffer of per-parameter tensors (in parameter order).
   static at::Tensor cat_flat(const std::vector<at::Tensor>& tensors);
 

@@ -64,9 +64,8 @@ void CheckpointWriter::save(Trainer& trainer, const TrainingState& state, int64_
   if (o_.no_save) return;
   const int64_t updates = state.num_updates;
   const std::vector<std::string> files = names(epoch, updates, end_of_epoch, is_best, metric);
-  // A sharded optimizer's whole state is gathered by every rank (rank 0 alone knows of a best file).
-  std::optional<checkpoint::StateDict> optimizer_state;
-  if (trainer.optimizer().sharded() && !o_.no_save_optimizer_state) optimizer_state = trainer.optimizer().state_dict();
+  // A sharded optimizer's state and EMA are gathered by every rank (rank 0 alone knows of a best file).
+  const GatheredState gathered = gather_sharded_state(trainer, !o_.no_save_optimizer_state);
   distributed::rank0_acts<OperationalError>(
       gang_, "the checkpoint save's outcome",
       [&] {
@@ -74,7 +73,7 @@ void CheckpointWriter::save(Trainer& trainer, const TrainingState& state, int64_
         fs::create_directories(o_.save_dir);
         double start = core::monotonic_seconds();
         checkpoint::StateDict ckpt =
-            make_checkpoint(trainer, state, config_yaml, !o_.no_save_optimizer_state, optimizer_state);
+            make_checkpoint(trainer, state, config_yaml, !o_.no_save_optimizer_state, gathered);
         for (const auto& name : files) checkpoint::save_file((fs::path(o_.save_dir) / name).string(), ckpt);
         log::info("checkpoint", "saved {} (epoch {} @ {} updates) in {:.1f} s", join(files), epoch, updates,
                   core::monotonic_seconds() - start);

@@ -19,6 +19,10 @@
 
 #include "fairseq_cpp/checkpoint/checkpoint.h"
 
+namespace fairseq_cpp::optim {
+class Optimizer;
+}
+
 namespace fairseq_cpp::trainer {
 
 struct EmaOptions {
@@ -34,6 +38,13 @@ class Ema {
   // shadow. Nothing is copied until the first step() or restore().
   Ema(const EmaOptions& options, const torch::nn::Module& model);
 
+  // zero_sharding (`optimizer` flat and sharded, before the first step or restore): this rank keeps
+  // the shadow of its slice of the flat parameter buffer only (buffers keep a whole shadow), as
+  // Marian shards its EMA: 4/N bytes per parameter. state(), restore() and EmaWeights then gather
+  // or split it: collectives, which every rank calls (as it calls the optimizer's state_dict()).
+  void shard(const optim::Optimizer& optimizer);
+  bool sharded() const { return optimizer_ != nullptr; }
+
   // After update `num_updates` (counted from 1) of the model.
   void step(int64_t num_updates);
   // The decay of the last step (0 before start_update, as fairseq logs `ema_decay`).
@@ -48,23 +59,32 @@ class Ema {
   // naming `origin` when a name is missing or has another shape.
   void restore(const checkpoint::TensorDict& state, int64_t counter, const std::string& origin);
   // Whether the shadow exists yet (a first step or a restore happened).
-  bool initialized() const { return !shadow_.empty(); }
-  // The shadow's tensors (none before the first step): what the EMA adds to the model state.
-  const std::vector<at::Tensor>& shadow() const { return shadow_; }
+  bool initialized() const { return initialized_; }
+  // The shadow's tensors held on this rank (none before the first step): what the EMA adds to the
+  // model state.
+  std::vector<at::Tensor> shadow() const;
 
  private:
   friend class EmaWeights;
   // Copies the model's current values into a new float32 shadow.
   void initialize();
+  // Sharded: the whole shadow of the flat parameter buffer, gathered from every rank.
+  at::Tensor gather_flat(const std::string& what) const;
+  // shadow_[j] as a tensor of sources_[j]'s shape: a view of `flat` for a sharded one.
+  at::Tensor shadow_of(size_t j, const at::Tensor& flat) const;
 
   EmaOptions options_;
   std::vector<std::string> names_;   // every parameter and buffer name, in the model's order
   std::vector<size_t> slot_;         // names_[i]'s index into shadow_ (shared tensors share one)
   std::vector<std::string> owners_;  // shadow_[j]'s first name
   std::vector<at::Tensor> sources_;  // shadow_[j]'s tensor of the model
-  std::vector<at::Tensor> shadow_;   // float32, on the model's device
+  std::vector<at::Tensor> shadow_;   // float32, on the model's device; sharded: undefined where flat_offset_ >= 0
   double decay_ = 0.0;
   int64_t counter_ = 0;
+  bool initialized_ = false;
+  const optim::Optimizer* optimizer_ = nullptr;  // set by shard()
+  std::vector<int64_t> flat_offset_;             // sharded: sources_[j]'s offset in the flat buffer, or -1
+  at::Tensor shadow_shard_;                      // sharded: float32, this rank's slice of the flat buffer
 };
 
 // In its scope the EMA's model holds the shadow instead of its own weights (no copy: the tensors'
@@ -77,9 +97,8 @@ class EmaWeights {
   EmaWeights& operator=(const EmaWeights&) = delete;
 
  private:
-  void exchange();
-
   Ema& ema_;
+  std::vector<at::Tensor> own_;  // the model's tensors' data while they hold the shadow
   bool exchanged_ = false;
 };
 

@@ -40,11 +40,12 @@ optim::LossScalerOptions loss_scaler_options(const config::Config& cfg, int64_t 
 
 // Where zero_sharding os (os_grad) leaves each worker: adam's two moments (and the reduced
 // gradient) of its share (the first update's log line says what it holds in all).
-void log_zero_sharding(int workers, int64_t parameters, bool gradients) {
+void log_zero_sharding(int workers, int64_t parameters, bool gradients, bool ema) {
   const double n = static_cast<double>(parameters), world = static_cast<double>(workers);
-  log::info("trainer", "zero_sharding {}: each of {} workers keeps adam's state{} of {} of the {} parameters",
-            gradients ? "os_grad" : "os", workers, gradients ? " and the gradient" : "",
-            static_cast<int64_t>(std::ceil(n / world)), parameters);
+  const char* kept = gradients ? (ema ? "adam's state, the gradient and the EMA" : "adam's state and the gradient")
+                               : (ema ? "adam's state and the EMA" : "adam's state");
+  log::info("trainer", "zero_sharding {}: each of {} workers keeps {} of {} of the {} parameters",
+            gradients ? "os_grad" : "os", workers, kept, static_cast<int64_t>(std::ceil(n / world)), parameters);
 }
 
 // Once, after the first update of the process: what each worker holds for the model, and per parameter.
@@ -118,7 +119,8 @@ Trainer::Trainer(const TrainerOptions& options, std::shared_ptr<models::EncoderD
         "the parameters, but the optimizer is `{}`{}.",
         options_.shard_gradients ? "os_grad" : "os", optimizer_->name(),
         flat() ? "" : " and the parameters are not flat");
-  if (optimizer_->sharded()) log_zero_sharding(gang_.size(), num_scalars_, sharded_gradients());
+  if (ema_ && optimizer_->sharded()) ema_->shard(*optimizer_);
+  if (optimizer_->sharded()) log_zero_sharding(gang_.size(), num_scalars_, sharded_gradients(), ema_ != nullptr);
   optimizer_->set_lr(lr_scheduler_->step_update(0));
   if (sharded_gradients())
     buckets_ =

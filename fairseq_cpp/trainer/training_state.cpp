@@ -62,14 +62,20 @@ TrainingState restore_imported(const checkpoint::StateDict& ckpt, const std::str
 
 }  // namespace
 
+GatheredState gather_sharded_state(Trainer& trainer, bool with_optimizer_state) {
+  GatheredState gathered;
+  if (trainer.optimizer().sharded() && with_optimizer_state) gathered.optimizer = trainer.optimizer().state_dict();
+  if (trainer.ema() && trainer.ema()->sharded()) gathered.ema = trainer.ema()->state();
+  return gathered;
+}
+
 checkpoint::StateDict make_checkpoint(Trainer& trainer, const TrainingState& state, const std::string& config_yaml,
-                                      bool with_optimizer_state,
-                                      const std::optional<checkpoint::StateDict>& optimizer_state) {
+                                      bool with_optimizer_state, const GatheredState& gathered) {
   checkpoint::StateDict ckpt = checkpoint::new_state_dict();
   ckpt.insert(checkpoint::kModelKey, checkpoint::model_state(trainer.model()));
   ckpt.insert(checkpoint::kConfigKey, config_yaml);
   if (with_optimizer_state)
-    ckpt.insert("optimizer", optimizer_state ? *optimizer_state : trainer.optimizer().state_dict());
+    ckpt.insert("optimizer", gathered.optimizer ? *gathered.optimizer : trainer.optimizer().state_dict());
   ckpt.insert("lr_scheduler", trainer.lr_scheduler().state_dict());
   checkpoint::StateDict iterator = checkpoint::new_state_dict();
   iterator.insert("epoch", state.iterator.epoch);
@@ -98,7 +104,8 @@ checkpoint::StateDict make_checkpoint(Trainer& trainer, const TrainingState& sta
     extra.insert("loss_scaler", d);
   }
   if (Ema* ema = trainer.ema()) {
-    extra.insert("ema", ema->state());  // fairseq's key: its load_ema_from_checkpoint reads it
+    // fairseq's key: its load_ema_from_checkpoint reads it.
+    extra.insert("ema", gathered.ema ? *gathered.ema : ema->state());
     extra.insert("ema_update_counter", ema->counter());
   }
   ckpt.insert("extra_state", extra);

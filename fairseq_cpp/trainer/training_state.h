@@ -41,13 +41,20 @@ struct RestoreOptions {
   bool reset_meters = false;        // start the wall clock from zero
 };
 
+// What zero_sharding spreads over the ranks, gathered whole by every rank before rank 0 writes a
+// checkpoint: the optimizer's state_dict() and the EMA's state() (each only where it is sharded).
+struct GatheredState {
+  std::optional<checkpoint::StateDict> optimizer;
+  std::optional<checkpoint::TensorDict> ema;
+};
+// Every rank calls it (the gathers are collectives); nothing is gathered without sharding.
+GatheredState gather_sharded_state(Trainer& trainer, bool with_optimizer_state);
+
 // The whole checkpoint of `trainer` at `state`, with `config_yaml` (config::dump_config); without
 // the optimizer's state when `with_optimizer_state` is false (fairseq's --no-save-optimizer-state).
-// `optimizer_state`, when given, is the optimizer's state_dict() taken already (a sharded
-// optimizer gathers it with every rank, before rank 0 writes).
+// The parts in `gathered` are taken from there instead of from the trainer.
 checkpoint::StateDict make_checkpoint(Trainer& trainer, const TrainingState& state, const std::string& config_yaml,
-                                      bool with_optimizer_state,
-                                      const std::optional<checkpoint::StateDict>& optimizer_state = std::nullopt);
+                                      bool with_optimizer_state, const GatheredState& gathered = {});
 
 // Loads `ckpt` (read from `path`) into `trainer`; returns the training state to continue from. A
 // checkpoint saved without its optimizer state resumes with a fresh optimizer, as fairseq's does.

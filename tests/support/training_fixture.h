@@ -109,6 +109,12 @@ checkpoint:
     return checkpoint::model_entry(checkpoint::load_file(path), path);
   }
 
+  // The EMA weights of a run's last checkpoint (ema.store_ema).
+  static checkpoint::TensorDict ema_weights(const std::string& save_dir) {
+    std::string path = save_dir + "/checkpoint_last.pt";
+    return checkpoint::ema_entry(checkpoint::load_file(path), path);
+  }
+
   static int64_t updates_in(const std::string& path) {
     auto ckpt = checkpoint::load_file(path);
     return ckpt.at("extra_state").toGenericDict().at("num_updates").toInt();

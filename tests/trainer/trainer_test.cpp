@@ -518,6 +518,65 @@ TEST_P(EmaShadow, EmaWeightsHoldsTheShadowInItsScopeOnly) {
   EXPECT_DOUBLE_EQ(with_own.loss_sum, trainer->valid_step(valid).loss_sum);
 }
 
+// zero_sharding with an EMA (issue 36): each of 2 or 3 workers keeps the shadow of its slice of the
+// flat buffer only (os and os_grad), and the gathered shadow, the weights EmaWeights gives for
+// validation and the validation loss under them are the unsharded run's, to the bit; a whole
+// shadow restored into a sharded EMA comes back whole, and resumes stepping as the unsharded one.
+TEST_P(EmaShadow, ShardedShadowEqualsTheWholeOneOnEveryWorker) {
+  const EmaOptions eo{0.9, 0, 1};
+  const data::Batch valid = make_batch(5, 998);
+  for (int workers : {2, 3}) {
+    std::vector<checkpoint::TensorDict> shadows(static_cast<size_t>(3 * workers));  // [mode * workers + rank]
+    std::vector<std::map<std::string, at::Tensor>> swapped(shadows.size());
+    std::vector<double> valid_loss(shadows.size()), resumed_loss(shadows.size());
+    std::vector<int64_t> ema_bytes(shadows.size());
+    const std::vector<std::string> modes{"none", "os", "os_grad"};
+    // Made here, not on the ranks' threads: they draw from the one seeded generator.
+    std::vector<std::vector<data::Batch>> batches(static_cast<size_t>(workers));  // [rank][update]
+    for (int r = 0; r < workers; ++r)
+      for (int n = 1; n <= 4; ++n) batches[static_cast<size_t>(r)].push_back(make_batch(3 + r, 1200 + 10 * n + r));
+    std::vector<std::shared_ptr<models::TransformerModel>> models;
+    for (size_t k = 0; k < shadows.size(); ++k) models.push_back(make_model());
+    for (size_t m = 0; m < modes.size(); ++m) {
+      on_ranks(workers, 60, device(), [&](int r, distributed::Gang& gang) {
+        const size_t k = m * static_cast<size_t>(workers) + static_cast<size_t>(r);
+        const auto& mine = batches[static_cast<size_t>(r)];
+        auto model = models[k];
+        auto trainer = make_trainer(model, gang, 0, eo, optim::Precision::kFloat32, true, modes[m]);
+        EXPECT_EQ(trainer->ema()->sharded(), m > 0);
+        for (int n = 0; n < 3; ++n) trainer->train_step({mine[static_cast<size_t>(n)]});
+        shadows[k] = trainer->ema()->state();  // gathered from every worker when sharded
+        ema_bytes[k] = trainer->model_state_bytes().ema;
+        {
+          EmaWeights swap(*trainer->ema());
+          swapped[k] = snapshot(*model);
+          valid_loss[k] = trainer->valid_step(valid).loss_sum;
+        }
+        // The whole shadow of the unsharded run (rank 0's, computed first) restored, then one more update.
+        trainer->ema()->restore(shadows[static_cast<size_t>(r)], 0, "whole.pt");
+        trainer->train_step({mine[3]});
+        EmaWeights swap(*trainer->ema());
+        resumed_loss[k] = trainer->valid_step(valid).loss_sum;
+      });
+    }
+    for (size_t m = 1; m < modes.size(); ++m) {
+      for (int r = 0; r < workers; ++r) {
+        const size_t plain = static_cast<size_t>(r), sharded = m * static_cast<size_t>(workers) + plain;
+        SCOPED_TRACE(::testing::Message() << modes[m] << ", " << workers << " workers, rank " << r);
+        ASSERT_EQ(shadows[sharded].size(), shadows[plain].size());
+        for (const auto& item : shadows[plain])
+          EXPECT_TRUE(torch::equal(item.value(), shadows[sharded].at(item.key()))) << item.key();
+        for (const auto& [name, t] : swapped[plain]) EXPECT_TRUE(torch::equal(t, swapped[sharded].at(name))) << name;
+        EXPECT_EQ(valid_loss[sharded], valid_loss[plain]);
+        EXPECT_EQ(resumed_loss[sharded], resumed_loss[plain]);
+        // 4 bytes per parameter of this worker's slice (the shared embedding counted once).
+        EXPECT_LT(ema_bytes[sharded], ema_bytes[plain] / workers + 4 * workers + 4);
+        EXPECT_GT(ema_bytes[sharded], ema_bytes[plain] / workers - 4 * workers - 4);
+      }
+    }
+  }
+}
+
 // common.bf16: the forward passes run under autocast, while the weights, their gradients and the
 // optimizer's state stay float32; the losses and updates follow the float32 run's within bf16's
 // precision, without being equal to them. Tolerances: 1% of the loss and 5% of the gradient norm on

@@ -153,21 +153,29 @@ TEST_F(TrainingRun, ShardedStateTrainsTheUnshardedRunToTheBit) {
 TEST_F(TrainingRun, ShardedCheckpointsResumeOnAnotherWorldSizeShardedOrNot) {
   // One worker x update_freq 2 straight, against: 10 updates sharded (os) over 2 workers, resumed by
   // one unsharded worker; and 10 updates of one worker, resumed sharded (os_grad) over 2 workers. The
-  // checkpoint holds the whole optimizer state either way.
+  // checkpoint holds the whole optimizer state and the whole EMA either way (the EMA is sharded with
+  // the optimizer's state).
+  const std::vector<std::string> ema{"ema.store_ema=true", "ema.ema_decay=0.9"};
+  const auto with = [&ema](std::vector<std::string> more) {
+    more.insert(more.end(), ema.begin(), ema.end());
+    return more;
+  };
   std::string straight = work_.path() + "/straight", a = work_.path() + "/a", b = work_.path() + "/b";
-  ASSERT_EQ(train(config(straight, 1, 2, 20)).exit_code, 0);
-  const std::string os = "distributed_training.zero_sharding=os";
-  auto a1 = train(config(a, 2, 1, 10), {os});
+  ASSERT_EQ(train(config(straight, 1, 2, 20), ema).exit_code, 0);
+  auto a1 = train(config(a, 2, 1, 10), with({"distributed_training.zero_sharding=os"}));
   ASSERT_EQ(a1.exit_code, 0) << a1.err;
-  auto a2 = train(config(a, 1, 2, 20));
+  EXPECT_NE(a1.err.find("keeps adam's state and the EMA of"), std::string::npos) << a1.err;
+  auto a2 = train(config(a, 1, 2, 20), ema);
   ASSERT_EQ(a2.exit_code, 0) << a2.err;
   EXPECT_LT(max_relative_difference(parameters(straight), parameters(a)), 1e-5);
-  auto b1 = train(config(b, 1, 2, 10));
+  EXPECT_LT(max_relative_difference(ema_weights(straight), ema_weights(a)), 1e-5);
+  auto b1 = train(config(b, 1, 2, 10), ema);
   ASSERT_EQ(b1.exit_code, 0) << b1.err;
-  auto b2 = train(config(b, 2, 1, 20), {"distributed_training.zero_sharding=os_grad"});
+  auto b2 = train(config(b, 2, 1, 20), with({"distributed_training.zero_sharding=os_grad"}));
   ASSERT_EQ(b2.exit_code, 0) << b2.err;
   EXPECT_NE(b2.err.find("loaded " + b + "/checkpoint_last.pt"), std::string::npos) << b2.err;
   EXPECT_LT(max_relative_difference(parameters(straight), parameters(b)), 1e-5);
+  EXPECT_LT(max_relative_difference(ema_weights(straight), ema_weights(b)), 1e-5);
 }
 
 TEST_F(TrainingRun, ShardingRefusesAnOptimizerWithoutIt) {

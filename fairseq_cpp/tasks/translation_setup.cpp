@@ -78,7 +78,9 @@ Translation load_translation(const config::Config& cli, const std::string& split
   for (const auto& p : paths)
     if (!fs::exists(p, ec)) raise<UserError>("checkpoint {} does not exist (--path)", p);
 
-  const checkpoint::StateDict stored = checkpoint::load_file(paths[0]);
+  // Mapped, not read: only the model's records are touched (copied into the model), never the
+  // optimizer's state a training checkpoint also holds (twice the model with adam).
+  const checkpoint::StateDict stored = checkpoint::load_file(paths[0], checkpoint::Reading::kMapped);
   const config::Config stored_config = checkpoint::config_entry(stored, paths[0]);
   t.src_lang = cli.task.source_lang;
   t.tgt_lang = cli.task.target_lang;
@@ -98,8 +100,8 @@ Translation load_translation(const config::Config& cli, const std::string& split
   std::vector<std::shared_ptr<models::EncoderDecoderModel>> members;
   for (size_t i = 0; i < paths.size(); ++i) {
     checkpoint::LoadedModel loaded =
-        checkpoint::load_model(i == 0 ? stored : checkpoint::load_file(paths[i]), paths[i], vocab, t.device,
-                               cli.common_eval.use_ema);
+        checkpoint::load_model(i == 0 ? stored : checkpoint::load_file(paths[i], checkpoint::Reading::kMapped),
+                               paths[i], vocab, t.device, cli.common_eval.use_ema);
     if (i == 0) t.trained = loaded.config;
     log::info("generate", "loaded {} ({} parameters, arch {}{}) on {}", paths[i],
               models::count_parameters(*loaded.model), loaded.config.model.arch,

@@ -48,7 +48,8 @@ std::vector<SubsetLoss> validate(const config::Config& cli) {
   if (subsets.empty()) raise<UserError>("`dataset.valid_subset` names no subset");
 
   // Languages: the command line, else the checkpoint's, else the data file names.
-  const checkpoint::StateDict stored = checkpoint::load_file(path);
+  const checkpoint::StateDict stored =
+      checkpoint::load_file(path, checkpoint::Reading::kMapped);  // the model's records only
   const config::Config stored_config = checkpoint::config_entry(stored, path);
   std::string src_lang = cli.task.source_lang;
   std::string tgt_lang = cli.task.target_lang;

@@ -3,7 +3,7 @@
 
   ct2_translate.py translate MODEL_DIR DATA_BIN [--subset test] [--beam 5] [--batch-size 128]
                    [--compute-type float32] [--intra-threads 2] [--inter-threads 1]
-                   [--remove-bpe sentencepiece] [--output FILE]
+                   [--remove-bpe sentencepiece] [--min-len 1] [--max-len 200] [--output FILE]
   ct2_translate.py compare OURS CT2 [--min-agreement 97]
 
 translate: searches a data-bin split with a model of tools/bench/ct2_convert.py, fed the same
@@ -96,8 +96,8 @@ def translate(opts):
         source, max_batch_size=opts.batch_size, batch_type="examples", beam_size=opts.beam,
         length_penalty=1.0,        # fairseq's lenpen 1: score / length ...
         return_end_token=True,     # ... where the length counts </s>, as fairseq's does
-        max_decoding_length=200,   # fairseq's max_len_b (max_len_a 0)
-        min_decoding_length=1,     # fairseq's min_len 1: no </s> at the first step
+        max_decoding_length=opts.max_len,  # fairseq's max_len_b (max_len_a 0)
+        min_decoding_length=opts.min_len,  # fairseq's min_len (1: no </s> at the first step)
         return_scores=True)
     seconds = time.monotonic() - loaded
     tokens = 0
@@ -162,6 +162,8 @@ def main(argv):
     t.add_argument("--intra-threads", type=int, default=2)
     t.add_argument("--inter-threads", type=int, default=1)
     t.add_argument("--remove-bpe", default=None, help="sentencepiece, as fairseq-generate's")
+    t.add_argument("--min-len", type=int, default=1, help="fairseq's --min-len")
+    t.add_argument("--max-len", type=int, default=200, help="fairseq's --max-len-b (with --max-len-a 0)")
     t.add_argument("--output", help="write H- lines here")
     c = sub.add_parser("compare", help="agreement of two files' H- lines")
     c.add_argument("ours")

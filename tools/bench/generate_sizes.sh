@@ -97,11 +97,13 @@ run_engine() {  # SIZE ENGINE RUN: one whole process; "SECONDS KB" in $work/SIZE
 
 median() { sort -g | awk '{a[NR]=$0} END {print a[int((NR+1)/2)]}'; }
 engines=(ours ct2-float32 ours-int8 ct2-int8)
+declare -A names=([ours]="fairseq-cpp-generate float32" [ours-int8]="fairseq-cpp-generate --quantize int8"
+  [ct2-float32]="CTranslate2 float32" [ct2-int8]="CTranslate2 int8")
 cpu="$(lscpu | sed -n 's/^Model name: *//p' | head -1)"
 echo "Translation's peak RSS and wall time against CTranslate2 $("$python" -c 'import ctranslate2; print(ctranslate2.__version__)')" \
   "on $cpu, $(nproc) cores: 256 Multi30k test sentences forced to 40 tokens, beam 5, batch 64, 2 threads;" \
   "whole processes, medians of $runs runs."
-printf '%-6s %-32s %11s %9s %10s %11s %14s\n' size engine parameters "wall s" "peak MiB" "tokens" "MiB vs CT2"
+printf '%-6s %-36s %11s %9s %10s %11s %14s\n' size engine parameters "wall s" "peak MiB" "tokens" "MiB vs CT2"
 IFS=, read -r -a size_list <<<"$sizes"
 for size in "${size_list[@]}"; do
   prepare "$size"
@@ -119,13 +121,7 @@ for size in "${size_list[@]}"; do
     vs="-"
     [[ $engine == ours* ]] && vs="$(printf '%.2fx' "$(echo "${rss[$engine]} / $(for i in $(seq "$runs"); do
       cut -d' ' -f2 "$work/$size.$peer.$i.time"; done | median)" | bc -l)")"
-    case "$engine" in
-      ours) name="fairseq-cpp-generate float32" ;;
-      ours-int8) name="fairseq-cpp-generate --quantize int8" ;;
-      ct2-float32) name="CTranslate2 float32" ;;
-      ct2-int8) name="CTranslate2 int8" ;;
-    esac
-    printf '%-6s %-32s %11s %9.2f %10.0f %11s %14s\n' "$size" "$name" "${params:-?}" "$wall" \
+    printf '%-6s %-36s %11s %9.2f %10.0f %11s %14s\n' "$size" "${names[$engine]}" "${params:-?}" "$wall" \
       "$(echo "${rss[$engine]} / 1024" | bc -l)" "$tokens" "$vs"
   done
   unset rss

@@ -8,6 +8,7 @@
 
 #include <fmt/format.h>
 
+#include "fairseq_cpp/checkpoint/integrity.h"
 #include "fairseq_cpp/core/errors.h"
 
 namespace fairseq_cpp::checkpoint {
@@ -363,7 +364,7 @@ void Machine::push_global(const std::string& module, const std::string& name) {
     fail(
         fmt::format("refusing the global {}.{}: a checkpoint holds data, and only the globals of tensors, "
                     "containers and fairseq's classes are read",
-                    module, name));
+                    one_line(module), one_line(name)));  // the file's bytes: control characters escaped
   push(make_text(Kind::kGlobal, module + "." + name));
 }
 

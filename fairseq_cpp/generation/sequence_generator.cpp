@@ -4,6 +4,7 @@
 #include <cmath>
 #include <limits>
 #include <map>
+#include <memory>
 
 #include <torch/torch.h>
 
@@ -182,6 +183,7 @@ SequenceGenerator::Search SequenceGenerator::start(models::EncoderDecoderModel& 
   if (options_.sampling) s.rng = at::detail::createCPUGenerator(options_.seed);
   s.encoder_out = model.encode(src_tokens, src_lengths);
   s.cache.need_attn = options_.need_attn;
+  s.cache.buffers = std::make_shared<nn::CacheBuffers>(s.max_len + 1);  // a position per step
   if (options_.need_attn) s.src_cpu = src_tokens.to(torch::kCPU).contiguous();
   s.scores =
       torch::zeros({s.bsz * beam, s.max_len + 1}, torch::TensorOptions().dtype(torch::kFloat32).device(s.device));

@@ -38,6 +38,9 @@ struct IncrementalState {
   std::vector<nn::DecoderLayerCache> layers;  // an ensemble's: each model's layers, one after the other
   std::vector<size_t> parts;                  // an ensemble's: how many of `layers` each model owns
   int64_t steps = 0;  // tokens decoded so far
+  // Set by the caller that knows how long the output may get (beam search): the buffers the
+  // self-attention caches take turns on; without them each step allocates its caches anew.
+  std::shared_ptr<nn::CacheBuffers> buffers;
   // Set by the caller: each decode_step also leaves in `attn` the step's encoder attention of the
   // last decoder layer averaged over heads, (B, S) float32 (fairseq's need_attn / alignment_layer;
   // an ensemble's: the models' average). Off, nothing is computed.

@@ -46,6 +46,7 @@ at::Tensor EnsembleModel::decode_step(const at::Tensor& prev_output_tokens, cons
     IncrementalState own;
     own.steps = state.steps;
     own.need_attn = state.need_attn;
+    own.buffers = state.buffers;
     const size_t n = state.parts.empty() ? 0 : state.parts[i];
     std::move(state.layers.begin() + static_cast<std::ptrdiff_t>(offset),
               state.layers.begin() + static_cast<std::ptrdiff_t>(offset + n), std::back_inserter(own.layers));

@@ -256,7 +256,10 @@ at::Tensor TransformerDecoderImpl::features(const at::Tensor& tokens, const Enco
   if (incremental) {
     input = tokens.narrow(1, tokens.size(1) - 1, 1);  // (B, t) -> (B, 1)
     if (embed_positions_) positions = embed_positions_->forward(input, tokens.size(1) - 1);
-    if (state->layers.size() != typed_layers_.size()) state->layers.resize(typed_layers_.size());
+    if (state->layers.size() != typed_layers_.size()) {
+      state->layers.resize(typed_layers_.size());
+      for (auto& layer : state->layers) layer.self_attn.buffers = state->buffers;
+    }
   } else if (embed_positions_) {
     positions = embed_positions_->forward(tokens);
   }

@@ -3,6 +3,8 @@
 #include <cmath>
 #include <cstring>
 #include <limits>
+#include <utility>
+#include <vector>
 
 #include <ATen/Parallel.h>
 #include <torch/torch.h>
@@ -75,13 +77,12 @@ void AttentionCache::materialize() {
 
 namespace {
 
-// cat({cache.index_select(0, rows), step}, 2) for (B, H, T, D) float32 CPU tensors in one pass:
-// each output (row, head) block is the T x D block of its source row followed by the step's D values.
-// `rows` is contiguous int64, or undefined for the identity.
-at::Tensor gather_append(const at::Tensor& cache_in, const at::Tensor& rows, const at::Tensor& step) {
+// cat({cache.index_select(0, rows), step}, 2) for (B, H, T, D) float32 CPU tensors in one pass, written
+// into `out` (B', H, T + 1, D): each output (row, head) block is the T x D block of its source row
+// followed by the step's D values. `rows` is contiguous int64, or undefined for the identity.
+void gather_append(const at::Tensor& cache_in, const at::Tensor& rows, const at::Tensor& step, at::Tensor& out) {
   at::Tensor cache = cache_in.contiguous();
   const int64_t out_rows = step.size(0), heads = cache.size(1), len = cache.size(2), dim = cache.size(3);
-  at::Tensor out = at::empty({out_rows, heads, len + 1, dim}, cache.options());
   const float* src = cache.data_ptr<float>();
   const int64_t* row_of = rows.defined() ? rows.data_ptr<int64_t>() : nullptr;
   float* dst = out.data_ptr<float>();
@@ -97,10 +98,39 @@ at::Tensor gather_append(const at::Tensor& cache_in, const at::Tensor& rows, con
       for (int64_t d = 0; d < dim; ++d) o[len * dim + d] = x[d * s3];
     }
   });
+}
+
+// The cache `cache` with `rows` and `step` appended (gather_append), in a buffer of `buffers` (or
+// a new tensor without them); `owner` is the flat buffer the old cache was in, and becomes the
+// new one's.
+at::Tensor appended(const at::Tensor& cache, const at::Tensor& rows, const at::Tensor& step, CacheBuffers* buffers,
+                    at::Tensor& owner) {
+  const std::vector<int64_t> shape{step.size(0), cache.size(1), cache.size(2) + 1, cache.size(3)};
+  if (buffers == nullptr) {
+    at::Tensor out = at::empty(shape, cache.options());
+    gather_append(cache, rows, step, out);
+    return out;
+  }
+  const int64_t numel = shape[0] * shape[1] * shape[2] * shape[3];
+  at::Tensor flat = buffers->take(numel, shape[2], cache.options());
+  at::Tensor out = flat.narrow(0, 0, numel).view(shape);
+  gather_append(cache, rows, step, out);
+  buffers->give_back(std::exchange(owner, flat));
   return out;
 }
 
 }  // namespace
+
+at::Tensor CacheBuffers::take(int64_t numel, int64_t steps, const at::TensorOptions& options) {
+  at::Tensor out = std::move(spare);
+  spare = at::Tensor();
+  if (out.defined() && out.numel() >= numel && out.dtype() == options.dtype()) return out;
+  return at::empty({std::max(numel, numel / steps * max_steps)}, options);
+}
+
+void CacheBuffers::give_back(at::Tensor buffer) {
+  if (buffer.defined() && (!spare.defined() || buffer.numel() > spare.numel())) spare = std::move(buffer);
+}
 
 void AttentionCache::append(const at::Tensor& step_key, const at::Tensor& step_value) {
   if (!key.defined()) {
@@ -117,8 +147,8 @@ void AttentionCache::append(const at::Tensor& step_key, const at::Tensor& step_v
     return;
   }
   at::Tensor rows = pending_rows.defined() ? pending_rows.to(at::kLong).contiguous() : at::Tensor();
-  key = gather_append(key, rows, step_key);
-  value = gather_append(value, rows, step_value);
+  key = appended(key, rows, step_key, buffers.get(), key_buffer);
+  value = appended(value, rows, step_value, buffers.get(), value_buffer);
   pending_rows = at::Tensor();
 }
 

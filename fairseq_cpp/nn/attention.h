@@ -3,6 +3,8 @@
 // keys `q_proj.weight`, ...), padding and causal masks, and a per-layer key/value cache for
 // incremental decoding. Tensors are batch-first: (B, T, C).
 
+#include <memory>
+
 #include <ATen/Tensor.h>
 #include <torch/nn/module.h>
 #include <torch/nn/modules/linear.h>
@@ -35,6 +37,24 @@ at::Tensor attention_reference(const at::Tensor& q, const at::Tensor& k, const a
 // (T, T) boolean mask, true above the diagonal: position t may not attend to positions > t.
 at::Tensor causal_mask(int64_t length, const at::Device& device);
 
+// The buffers a decoder's self-attention caches take turns on during one search. Each step writes
+// every cache anew (its rows reordered, one position longer) into the spare buffer and hands its
+// old buffer back as the next spare, so that after the first steps no step allocates: N caches
+// live on N + 1 buffers sized once for `max_steps` positions (only the pages written are ever
+// resident). Allocating a one-step-longer tensor per cache and step instead left the allocator
+// with freed blocks that no later, larger request fits (issue 37: about 360 MiB at
+// transformer-base size, beam 5, 64 sentences).
+struct CacheBuffers {
+  explicit CacheBuffers(int64_t steps) : max_steps(steps) {}
+  int64_t max_steps;  // positions a cache may reach (beam search: its longest output + 1)
+  at::Tensor spare;   // a flat buffer that no cache uses now, or undefined
+  // A flat buffer of at least `numel` elements: the spare when it is large enough, otherwise a new
+  // one with room for `max_steps` positions of `numel / steps` elements each.
+  at::Tensor take(int64_t numel, int64_t steps, const at::TensorOptions& options);
+  // `buffer` (undefined: nothing) is free again: it becomes the spare unless that is larger.
+  void give_back(at::Tensor buffer);
+};
+
 // Cached keys and values of one attention block, each (B, H, T, D); undefined until the first step.
 // Beam search reorders the rows every step; the reordering is composed lazily and applied in the
 // same copy that appends the next step (self-attention), or when the keys are next read.
@@ -42,6 +62,10 @@ struct AttentionCache {
   at::Tensor key;
   at::Tensor value;
   at::Tensor pending_rows;  // (B') rows of key/value that the cache holds, not yet applied; or undefined
+  // Where the appending copy of float32 CPU caches writes (set by the decoder from its
+  // IncrementalState); without it each step allocates its copy.
+  std::shared_ptr<CacheBuffers> buffers;
+  at::Tensor key_buffer, value_buffer;  // the flat buffers that key and value are views of, or undefined
   // Keeps the batch rows `new_order` (beam search), as index_select on dimension 0 would.
   void reorder(const at::Tensor& new_order);
   // Applies a pending reorder to key and value.

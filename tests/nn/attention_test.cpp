@@ -3,6 +3,8 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <memory>
+#include <set>
 #include <vector>
 
 #include <torch/torch.h>
@@ -119,7 +121,9 @@ TEST_P(AttentionCaches, LazyReorderThenAppendEqualsIndexSelectAndCat) {
   at::Tensor step_k = torch::randn({3, 1, 2, 5}).transpose(1, 2), step_v = torch::randn({3, 1, 2, 5}).transpose(1, 2);
   at::Tensor first = torch::tensor({3, 3, 0, 1}, torch::kLong), second = torch::tensor({2, 0, 1}, torch::kLong);
   // The expectations on the CPU, the cache on the device.
-  AttentionCache cache{key.to(device()), value.to(device()), at::Tensor()};
+  AttentionCache cache;
+  cache.key = key.to(device());
+  cache.value = value.to(device());
   cache.reorder(first.to(device()));
   cache.reorder(second.to(device()));
   cache.append(step_k.to(device()), step_v.to(device()));
@@ -130,11 +134,53 @@ TEST_P(AttentionCaches, LazyReorderThenAppendEqualsIndexSelectAndCat) {
   EXPECT_TRUE(torch::equal(cache.value.to(torch::kCPU), want_v));
   EXPECT_FALSE(cache.pending_rows.defined());
 
-  AttentionCache fixed{key.to(device()), value.to(device()), at::Tensor()};
+  AttentionCache fixed;
+  fixed.key = key.to(device());
+  fixed.value = value.to(device());
   fixed.reorder(first.to(device()));
   fixed.materialize();
   EXPECT_TRUE(torch::equal(fixed.key.to(torch::kCPU), key.index_select(0, first)));
   EXPECT_TRUE(torch::equal(fixed.value.to(torch::kCPU), value.index_select(0, first)));
+}
+
+// Beam search's caches on shared buffers (CPU float32): two caches (a decoder's layers) reordered,
+// shrunk and appended to step after step hold what caches with their own copies hold, and from the
+// third step on no step allocates: the four tensors and the spare rotate over the same five buffers
+// (a step past `max_steps` may allocate, and is still right).
+TEST(AttentionCaches, CachesOnSharedBuffersEqualOwnCopiesAndStopAllocatingAfterTheSecondStep) {
+  torch::manual_seed(5);
+  const int64_t heads = 2, dim = 3, max_steps = 6;
+  auto buffers = std::make_shared<CacheBuffers>(max_steps);
+  std::vector<AttentionCache> shared(2), own(2);
+  for (auto& c : shared) c.buffers = buffers;
+  std::set<const void*> first_buffers;
+  int64_t rows = 4;
+  for (int64_t step = 0; step < max_steps + 2; ++step) {
+    const int64_t next_rows = step == 3 ? 3 : rows;  // a sentence finishes: fewer rows from here
+    at::Tensor order = torch::randint(rows, {next_rows}, torch::kLong);
+    for (size_t layer = 0; layer < 2; ++layer) {
+      at::Tensor k = torch::randn({next_rows, 1, heads, dim}).transpose(1, 2);
+      at::Tensor v = torch::randn({next_rows, 1, heads, dim}).transpose(1, 2);
+      if (step > 0) {
+        shared[layer].reorder(order);
+        own[layer].reorder(order);
+      }
+      shared[layer].append(k, v);
+      own[layer].append(k, v);
+      ASSERT_TRUE(torch::equal(shared[layer].key, own[layer].key)) << "step " << step << " layer " << layer;
+      ASSERT_TRUE(torch::equal(shared[layer].value, own[layer].value)) << "step " << step << " layer " << layer;
+      EXPECT_EQ(shared[layer].key.sizes(), (std::vector<int64_t>{next_rows, heads, step + 1, dim}));
+    }
+    rows = next_rows;
+    if (step < 2) continue;  // step 0 keeps the projections, step 1 allocates a buffer per tensor
+    std::set<const void*> now{buffers->spare.data_ptr()};
+    for (const auto& c : shared) now.insert({c.key_buffer.data_ptr(), c.value_buffer.data_ptr()});
+    if (step == 2) first_buffers = now;
+    if (step > 2 && step < max_steps) {
+      EXPECT_EQ(now, first_buffers) << "step " << step << " allocated";
+    }
+  }
+  EXPECT_EQ(first_buffers.size(), 5u);
 }
 
 TEST_P(Attention, CausalMaskForbidsTheFuture) {

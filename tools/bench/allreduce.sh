@@ -6,6 +6,7 @@
 set -euo pipefail
 root=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
 build=${1:-$root/build}
+cmake --build "$build" --target fsq_bench_allreduce >/dev/null  # benchmarks are built on demand
 rounds=${2:-3}
 ours=() theirs=()
 for _ in $(seq "$rounds"); do

@@ -11,6 +11,7 @@
 set -euo pipefail
 here="$(cd "$(dirname "$0")/../.." && pwd)"
 build="${1:-$here/build}"
+cmake --build "$build" --target fsq_bench_generate >/dev/null  # benchmarks are built on demand
 runs="${2:-3}"
 fixture="${FSQ_SHARED:-$here/../shared}/fixtures/fairseq-v0.9"
 [[ -f "$fixture/checkpoint_best.pt" ]] || { echo "fixture missing: $fixture/checkpoint_best.pt" >&2; exit 1; }

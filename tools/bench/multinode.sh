@@ -22,6 +22,7 @@
 set -euo pipefail
 root=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
 build=$(cd "${1:-$root/build}" && pwd)
+cmake --build "$build" --target fsq_bench_allreduce >/dev/null  # benchmarks are built on demand
 rounds=${2:-3}
 updates=${UPDATES:-30}
 export FSQ_NETNS_PREFIX=${FSQ_NETNS_PREFIX:-fsqb} FSQ_NETNS_SUBNET=${FSQ_NETNS_SUBNET:-10.213.79}

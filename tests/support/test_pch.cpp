@@ -1,0 +1,1 @@
+// The target that compiles the test suites' precompiled header (tests/CMakeLists.txt); no code.

@@ -106,25 +106,21 @@ void gather_append(const at::Tensor& cache_in, const at::Tensor& rows, const at:
 at::Tensor appended(const at::Tensor& cache, const at::Tensor& rows, const at::Tensor& step, CacheBuffers* buffers,
                     at::Tensor& owner) {
   const std::vector<int64_t> shape{step.size(0), cache.size(1), cache.size(2) + 1, cache.size(3)};
-  if (buffers == nullptr) {
-    at::Tensor out = at::empty(shape, cache.options());
-    gather_append(cache, rows, step, out);
-    return out;
-  }
   const int64_t numel = shape[0] * shape[1] * shape[2] * shape[3];
-  at::Tensor flat = buffers->take(numel, shape[2], cache.options());
+  at::Tensor flat =
+      buffers != nullptr ? buffers->take(numel, shape[2], cache.options()) : at::empty({numel}, cache.options());
   at::Tensor out = flat.narrow(0, 0, numel).view(shape);
   gather_append(cache, rows, step, out);
-  buffers->give_back(std::exchange(owner, flat));
+  at::Tensor old = std::exchange(owner, flat);
+  if (buffers != nullptr) buffers->give_back(std::move(old));
   return out;
 }
 
 }  // namespace
 
 at::Tensor CacheBuffers::take(int64_t numel, int64_t steps, const at::TensorOptions& options) {
-  at::Tensor out = std::move(spare);
-  spare = at::Tensor();
-  if (out.defined() && out.numel() >= numel && out.dtype() == options.dtype()) return out;
+  at::Tensor out = std::exchange(spare, at::Tensor());
+  if (out.defined() && out.numel() >= numel) return out;
   return at::empty({std::max(numel, numel / steps * max_steps)}, options);
 }
 

@@ -11,7 +11,8 @@
 #include <tuple>
 
 #include <caffe2/serialize/inline_container.h>
-#include <torch/torch.h>
+#include <torch/serialize.h>
+#include "tests/support/torch.h"
 
 #include "fairseq_cpp/checkpoint/checkpoint.h"
 #include "fairseq_cpp/checkpoint/integrity.h"

@@ -2,7 +2,7 @@
 // opcode as Python's pickle writes them (protocol 2, as torch.save): what it builds, and what it
 // refuses. fairseq's own file goes through it in tests/models/fairseq_fixture_test.cpp.
 #include <gtest/gtest.h>
-#include <torch/torch.h>
+#include "tests/support/torch.h"
 
 #include <string>
 

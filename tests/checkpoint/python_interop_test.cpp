@@ -3,7 +3,7 @@
 // must name no global but a tensor's, whatever it holds.
 #include <gtest/gtest.h>
 
-#include <torch/torch.h>
+#include "tests/support/torch.h"
 
 #include "fairseq_cpp/checkpoint/checkpoint.h"
 #include "fairseq_cpp/config/config.h"

@@ -6,7 +6,7 @@
 #include <tuple>
 #include <utility>
 
-#include <torch/torch.h>
+#include "tests/support/torch.h"
 
 #include "fairseq_cpp/core/errors.h"
 #include "fairseq_cpp/criterions/cross_entropy.h"

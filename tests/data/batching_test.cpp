@@ -1,7 +1,7 @@
 // fairseq's orders and batches (numpy's RNG reproduced), collate, and the epoch iterator.
 #include <gtest/gtest.h>
 
-#include <torch/torch.h>
+#include "tests/support/torch.h"
 
 #include <algorithm>
 #include <atomic>

@@ -2,7 +2,7 @@
 // the epoch iterator over sharded data (`data: bin1:bin2`): epoch e reads directory (e - 1) mod N.
 #include <gtest/gtest.h>
 
-#include <torch/torch.h>
+#include "tests/support/torch.h"
 
 #include <filesystem>
 #include <fstream>

@@ -2,7 +2,7 @@
 // checked against Debian's spm_encode on Multi30k.
 #include <gtest/gtest.h>
 
-#include <torch/torch.h>
+#include "tests/support/torch.h"
 
 #include "fairseq_cpp/core/errors.h"
 #include "fairseq_cpp/data/sentencepiece.h"

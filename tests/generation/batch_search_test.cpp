@@ -8,7 +8,7 @@
 #include <cmath>
 #include <thread>
 
-#include <torch/torch.h>
+#include "tests/support/torch.h"
 
 #include "fairseq_cpp/generation/batch_search.h"
 #include "fairseq_cpp/models/transformer.h"

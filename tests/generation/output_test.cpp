@@ -1,7 +1,7 @@
 // fairseq's text output: dictionary strings, post-processing, Python's float repr.
 #include <gtest/gtest.h>
 
-#include <torch/torch.h>
+#include "tests/support/torch.h"
 
 #include "fairseq_cpp/core/errors.h"
 #include "fairseq_cpp/data/dictionary.h"

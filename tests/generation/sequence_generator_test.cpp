@@ -14,7 +14,7 @@
 #include <limits>
 #include <map>
 
-#include <torch/torch.h>
+#include "tests/support/torch.h"
 
 #include "fairseq_cpp/core/errors.h"
 #include "fairseq_cpp/generation/search.h"

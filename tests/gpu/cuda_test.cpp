@@ -6,7 +6,8 @@
 // two Gloo ranks on CUDA (zero_sharding os).
 
 #include <gtest/gtest.h>
-#include <torch/torch.h>
+#include <torch/cuda.h>
+#include "tests/support/torch.h"
 
 #include <cmath>
 #include <cstdlib>

@@ -4,7 +4,7 @@
 
 #include <string>
 
-#include <torch/torch.h>
+#include "tests/support/torch.h"
 
 #include "fairseq_cpp/core/errors.h"
 #include "fairseq_cpp/models/quantize.h"

@@ -6,7 +6,7 @@
 #include <cmath>
 #include <set>
 
-#include <torch/torch.h>
+#include "tests/support/torch.h"
 
 #include "fairseq_cpp/core/errors.h"
 #include "fairseq_cpp/models/transformer.h"

@@ -7,7 +7,7 @@
 #include <set>
 #include <vector>
 
-#include <torch/torch.h>
+#include "tests/support/torch.h"
 
 #include "fairseq_cpp/nn/attention.h"
 #include "tests/support/devices.h"

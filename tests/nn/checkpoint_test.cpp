@@ -4,7 +4,8 @@
 // as after the plain step.
 #include <gtest/gtest.h>
 
-#include <torch/torch.h>
+#include <torch/nn/functional/linear.h>
+#include "tests/support/torch.h"
 
 #include "fairseq_cpp/models/transformer.h"
 #include "fairseq_cpp/nn/checkpoint.h"

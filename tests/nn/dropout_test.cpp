@@ -9,7 +9,7 @@
 #include <cmath>
 
 #include <ATen/Parallel.h>
-#include <torch/torch.h>
+#include "tests/support/torch.h"
 
 #include "tests/support/devices.h"
 

@@ -5,7 +5,7 @@
 
 #include <limits>
 
-#include <torch/torch.h>
+#include "tests/support/torch.h"
 
 #include "fairseq_cpp/nn/log_softmax.h"
 #include "tests/support/devices.h"

@@ -6,7 +6,7 @@
 #include <fstream>
 #include <sstream>
 
-#include <torch/torch.h>
+#include "tests/support/torch.h"
 
 #include "fairseq_cpp/checkpoint/checkpoint.h"
 #include "fairseq_cpp/nn/attention.h"

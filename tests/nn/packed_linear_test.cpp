@@ -2,7 +2,8 @@
 // weights (repacked after an in-place update, dropped with the weight).
 #include <gtest/gtest.h>
 
-#include <torch/torch.h>
+#include <torch/nn/functional/linear.h>
+#include "tests/support/torch.h"
 
 #include "fairseq_cpp/nn/packed_linear.h"
 

@@ -7,7 +7,7 @@
 #include <iostream>
 #include <sstream>
 
-#include <torch/torch.h>
+#include "tests/support/torch.h"
 
 #include "fairseq_cpp/checkpoint/checkpoint.h"
 #include "fairseq_cpp/nn/quantized_linear.h"

@@ -3,7 +3,8 @@
 // tests/nn/quantized_linear_reference_test.cpp checks it against a Python computation.
 #include <gtest/gtest.h>
 
-#include <torch/torch.h>
+#include <torch/nn/functional/linear.h>
+#include "tests/support/torch.h"
 
 #include "fairseq_cpp/nn/packed_linear.h"
 #include "fairseq_cpp/nn/quantized_linear.h"

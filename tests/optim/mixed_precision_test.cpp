@@ -8,7 +8,8 @@
 
 #include <ATen/autocast_mode.h>
 #include <gtest/gtest.h>
-#include <torch/torch.h>
+#include <torch/nn/functional/linear.h>
+#include "tests/support/torch.h"
 
 #include "tests/support/devices.h"
 

@@ -4,7 +4,8 @@
 
 #include <cmath>
 
-#include <torch/torch.h>
+#include <torch/serialize.h>
+#include "tests/support/torch.h"
 
 #include "fairseq_cpp/core/errors.h"
 #include "fairseq_cpp/optim/lr_scheduler.h"

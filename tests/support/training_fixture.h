@@ -2,7 +2,7 @@
 // Whole runs of fairseq-cpp-train on a small generated corpus (real preprocess, real data-bin): the
 // fixture of the training-run suites (tests/trainer/training_run_test.cpp, and the torchrun suite).
 #include <gtest/gtest.h>
-#include <torch/torch.h>
+#include "tests/support/torch.h"
 
 #include <fstream>
 #include <map>

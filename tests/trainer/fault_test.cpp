@@ -6,7 +6,7 @@
 // The soak kills FSQ_SOAK_KILLS times (4 here; tools/soak.sh runs 20) and prints a table of its
 // trials; FSQ_SOAK_SEED picks the moments and targets (default 23).
 #include <gtest/gtest.h>
-#include <torch/torch.h>
+#include "tests/support/torch.h"
 
 #include <poll.h>
 #include <signal.h>

@@ -7,7 +7,7 @@
 #include "fairseq_cpp/trainer/grad_buckets.h"
 
 #include <gtest/gtest.h>
-#include <torch/torch.h>
+#include "tests/support/torch.h"
 
 #include <memory>
 #include <string>

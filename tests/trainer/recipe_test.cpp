@@ -3,7 +3,7 @@
 // schedule, curriculum, checkpoints without optimizer state, fairseq's IWSLT'14 and WMT'16 command
 // lines as written, --score-reference and sharded generation.
 #include <gtest/gtest.h>
-#include <torch/torch.h>
+#include "tests/support/torch.h"
 
 #include <cmath>
 #include <filesystem>

@@ -2,7 +2,7 @@
 // `data: bin1:bin2` (epoch e trains on directory (e - 1) mod N, validation on the first), its
 // resume in the same directory at the same batch, and train + train1 with `upsample_primary`.
 #include <gtest/gtest.h>
-#include <torch/torch.h>
+#include "tests/support/torch.h"
 
 #include <filesystem>
 #include <fstream>

@@ -6,7 +6,7 @@
 #include "fairseq_cpp/trainer/trainer.h"
 
 #include <gtest/gtest.h>
-#include <torch/torch.h>
+#include "tests/support/torch.h"
 
 #include <chrono>
 #include <functional>

@@ -1,7 +1,7 @@
 // Whole runs of fairseq-cpp-train on a small generated corpus (real preprocess, real data-bin,
 // real processes over Gloo): split invariance, bit-exact resume, and faults.
 #include <gtest/gtest.h>
-#include <torch/torch.h>
+#include "tests/support/torch.h"
 
 #include <signal.h>
 #include <unistd.h>

@@ -22,7 +22,7 @@
 #include <torch/csrc/jit/serialization/pickler.h>
 #include <torch/csrc/jit/serialization/storage_context.h>
 #include <torch/serialize.h>
-#include <torch/torch.h>
+#include "fairseq_cpp/core/torch.h"
 
 #include "fairseq_cpp/checkpoint/fairseq_checkpoint.h"
 #include "fairseq_cpp/checkpoint/integrity.h"

@@ -1,6 +1,6 @@
 #include "fairseq_cpp/checkpoint/load_model.h"
 
-#include <torch/torch.h>
+#include "fairseq_cpp/core/torch.h"
 
 #include "fairseq_cpp/checkpoint/checkpoint.h"
 #include "fairseq_cpp/core/errors.h"

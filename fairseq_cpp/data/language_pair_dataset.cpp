@@ -1,6 +1,6 @@
 #include "fairseq_cpp/data/language_pair_dataset.h"
 
-#include <torch/torch.h>
+#include "fairseq_cpp/core/torch.h"
 
 #include <algorithm>
 #include <filesystem>

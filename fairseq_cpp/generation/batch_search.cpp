@@ -9,7 +9,7 @@
 #include <thread>
 
 #include <ATen/Parallel.h>
-#include <torch/torch.h>
+#include "fairseq_cpp/core/torch.h"
 
 namespace fairseq_cpp::generation {
 namespace {

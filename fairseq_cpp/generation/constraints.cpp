@@ -8,7 +8,7 @@
 #include <set>
 #include <utility>
 
-#include <torch/torch.h>
+#include "fairseq_cpp/core/torch.h"
 
 #include "fairseq_cpp/core/errors.h"
 

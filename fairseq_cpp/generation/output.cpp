@@ -1,7 +1,7 @@
 #include "fairseq_cpp/generation/output.h"
 
 #include <fmt/format.h>
-#include <torch/torch.h>
+#include "fairseq_cpp/core/torch.h"
 
 #include "fairseq_cpp/core/errors.h"
 #include "fairseq_cpp/data/sentencepiece.h"

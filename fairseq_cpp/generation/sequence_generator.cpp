@@ -6,7 +6,7 @@
 #include <map>
 #include <memory>
 
-#include <torch/torch.h>
+#include "fairseq_cpp/core/torch.h"
 
 #include "fairseq_cpp/core/errors.h"
 #include "fairseq_cpp/nn/packed_linear.h"

@@ -1,6 +1,6 @@
 #include "fairseq_cpp/generation/sequence_scorer.h"
 
-#include <torch/torch.h>
+#include "fairseq_cpp/core/torch.h"
 
 namespace fairseq_cpp::generation {
 

@@ -2,7 +2,7 @@
 
 #include <unordered_set>
 
-#include <torch/torch.h>
+#include "fairseq_cpp/core/torch.h"
 
 #include "fairseq_cpp/nn/log_softmax.h"
 

@@ -3,7 +3,7 @@
 #include <algorithm>
 #include <cmath>
 
-#include <torch/torch.h>
+#include "fairseq_cpp/core/torch.h"
 
 #include "fairseq_cpp/core/errors.h"
 

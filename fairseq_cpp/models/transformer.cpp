@@ -2,7 +2,7 @@
 
 #include <cmath>
 
-#include <torch/torch.h>
+#include "fairseq_cpp/core/torch.h"
 
 #include "fairseq_cpp/config/config.h"
 #include "fairseq_cpp/core/errors.h"

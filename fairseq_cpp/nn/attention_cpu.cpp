@@ -14,7 +14,7 @@
 #include <vector>
 
 #include <ATen/Parallel.h>
-#include <torch/torch.h>
+#include "fairseq_cpp/core/torch.h"
 
 #include "fairseq_cpp/nn/attention.h"
 #include "fairseq_cpp/nn/dropout.h"

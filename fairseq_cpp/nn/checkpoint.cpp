@@ -4,7 +4,7 @@
 #include <utility>
 
 #include <ATen/autocast_mode.h>
-#include <torch/torch.h>
+#include "fairseq_cpp/core/torch.h"
 
 #include "fairseq_cpp/core/autocast_state.h"
 

@@ -5,7 +5,7 @@
 
 #include <ATen/CPUGeneratorImpl.h>
 #include <ATen/Parallel.h>
-#include <torch/torch.h>
+#include "fairseq_cpp/core/torch.h"
 
 namespace fairseq_cpp::nn {
 namespace {

@@ -5,7 +5,7 @@
 #include <limits>
 
 #include <ATen/Parallel.h>
-#include <torch/torch.h>
+#include "fairseq_cpp/core/torch.h"
 
 #include "fairseq_cpp/core/runtime.h"
 

@@ -2,7 +2,7 @@
 
 #include <cmath>
 
-#include <torch/torch.h>
+#include "fairseq_cpp/core/torch.h"
 
 namespace fairseq_cpp::nn {
 

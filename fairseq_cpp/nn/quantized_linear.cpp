@@ -10,7 +10,7 @@
 
 #include <ATen/Parallel.h>
 #include <c10/util/intrusive_ptr.h>
-#include <torch/torch.h>
+#include "fairseq_cpp/core/torch.h"
 
 #include "fairseq_cpp/core/runtime.h"
 

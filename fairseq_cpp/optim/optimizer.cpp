@@ -7,7 +7,7 @@
 #include <unordered_set>
 
 #include <torch/csrc/autograd/variable.h>
-#include <torch/torch.h>
+#include "fairseq_cpp/core/torch.h"
 
 #include "fairseq_cpp/core/errors.h"
 

@@ -13,7 +13,7 @@
 #include <optional>
 
 #include <fmt/format.h>
-#include <torch/torch.h>
+#include "fairseq_cpp/core/torch.h"
 
 #include "fairseq_cpp/core/errors.h"
 #include "fairseq_cpp/core/logging.h"

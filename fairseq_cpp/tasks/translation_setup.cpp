@@ -3,7 +3,7 @@
 #include <filesystem>
 #include <regex>
 
-#include <torch/torch.h>
+#include "fairseq_cpp/core/torch.h"
 
 #include "fairseq_cpp/checkpoint/checkpoint.h"
 #include "fairseq_cpp/checkpoint/load_model.h"

@@ -5,7 +5,7 @@
 #include <regex>
 
 #include <fmt/core.h>
-#include <torch/torch.h>
+#include "fairseq_cpp/core/torch.h"
 
 #include "fairseq_cpp/checkpoint/checkpoint.h"
 #include "fairseq_cpp/checkpoint/load_model.h"

@@ -1,7 +1,7 @@
 #include "fairseq_cpp/trainer/ema.h"
 
 #include <ATen/ATen.h>
-#include <torch/torch.h>
+#include "fairseq_cpp/core/torch.h"
 
 #include <map>
 

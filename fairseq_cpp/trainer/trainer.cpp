@@ -1,7 +1,7 @@
 #include "fairseq_cpp/trainer/trainer.h"
 
 #include <ATen/ATen.h>
-#include <torch/torch.h>
+#include "fairseq_cpp/core/torch.h"
 
 #include <chrono>
 #include <cmath>

@@ -15,7 +15,7 @@
 
 #include <fmt/core.h>
 #include <torch/csrc/autograd/profiler_legacy.h>
-#include <torch/torch.h>
+#include "fairseq_cpp/core/torch.h"
 
 #include "fairseq_cpp/checkpoint/load_model.h"
 #include "fairseq_cpp/data/dictionary.h"

@@ -10,7 +10,7 @@
 #include <string>
 
 #include <fmt/core.h>
-#include <torch/torch.h>
+#include "fairseq_cpp/core/torch.h"
 
 #include "fairseq_cpp/criterions/cross_entropy.h"
 #include "fairseq_cpp/models/transformer.h"

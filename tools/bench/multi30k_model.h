@@ -6,7 +6,7 @@
 #include <memory>
 #include <string>
 
-#include <torch/torch.h>
+#include "fairseq_cpp/core/torch.h"
 
 #include "fairseq_cpp/models/transformer.h"
 

@@ -42,7 +42,7 @@
 #include <vector>
 
 #include <fmt/core.h>
-#include <torch/torch.h>
+#include "fairseq_cpp/core/torch.h"
 
 #include "fairseq_cpp/core/torch_compat.h"
 

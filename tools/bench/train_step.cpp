@@ -48,7 +48,8 @@
 #include <vector>
 
 #include <fmt/core.h>
-#include <torch/torch.h>
+#include <torch/cuda.h>
+#include "fairseq_cpp/core/torch.h"
 
 #if FSQ_WITH_CUDA
 #include <c10/cuda/CUDACachingAllocator.h>

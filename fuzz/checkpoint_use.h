@@ -7,7 +7,7 @@
 
 #include <string>
 
-#include <torch/torch.h>
+#include "fairseq_cpp/core/torch.h"
 
 #include "fairseq_cpp/checkpoint/checkpoint.h"
 #include "fairseq_cpp/core/errors.h"

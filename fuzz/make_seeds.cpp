@@ -6,7 +6,7 @@
 #include <cstdio>
 #include <filesystem>
 
-#include <torch/torch.h>
+#include "fairseq_cpp/core/torch.h"
 
 #include "fairseq_cpp/checkpoint/checkpoint.h"
 #include "fairseq_cpp/config/config.h"

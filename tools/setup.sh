@@ -7,6 +7,8 @@
 #   tools/setup.sh --torch wheel   # PyTorch's wheel (LibTorch 2.x, CUDA): .venv/ and ./build-wheel
 #   tools/setup.sh --fuzz          # only the libFuzzer targets (clang, ASan + UBSan): ./build-fuzz
 #   BUILD_DIR=out tools/setup.sh   # elsewhere
+#   tools/setup.sh --torch wheel --packages-only   # only the Debian packages (tools/test.sh)
+#   tools/setup.sh --torch wheel --no-build        # the packages and the wheel's environment, no build
 #
 # The wheel lane makes the project's Python environment from the pinned tools/requirements.txt in
 # ~/.cache/fairseq-cpp/venv-HASH (FSQ_VENV elsewhere), linked as .venv (ignored by git), and
@@ -18,12 +20,16 @@ set -euo pipefail
 root=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 lane=debian
 fuzz=0
+stop_after=build
 while [ $# -gt 0 ]; do
   case "$1" in
     --torch) lane=${2:-}; shift $(($# < 2 ? 1 : 2)) ;;
     --torch=*) lane=${1#--torch=}; shift ;;
     --fuzz) fuzz=1; shift ;;
-    *) echo "setup: unknown argument \`$1'; usage: tools/setup.sh [--torch debian|wheel] [--fuzz]" >&2; exit 2 ;;
+    --packages-only) stop_after=packages; shift ;;
+    --no-build) stop_after=environment; shift ;;
+    *) echo "setup: unknown argument \`$1'; usage: tools/setup.sh [--torch debian|wheel] [--fuzz]" \
+      "[--packages-only | --no-build]" >&2; exit 2 ;;
   esac
 done
 case "$lane" in
@@ -87,6 +93,7 @@ if [ -e "$openblas" ] && [ "$(update-alternatives --query $blas_alt 2>/dev/null 
   echo "setup: pointing libblas.so.3 at OpenBLAS"
   as_root update-alternatives --set $blas_alt "$openblas"
 fi
+[ "$stop_after" = packages ] && exit 0
 
 cmake_args=()
 if [ "$lane" = wheel ]; then
@@ -125,6 +132,8 @@ if [ "$lane" = wheel ]; then
     -DFSQ_PYTHON="$venv/bin/python" -DFSQ_TORCHRUN="$venv/bin/torchrun" -DFSQ_SACREBLEU_PYTHON="$venv/bin/python"
     -DPython_EXECUTABLE="$venv/bin/python")
 fi
+
+[ "$stop_after" = environment ] && exit 0
 
 if [ "$fuzz" = 1 ]; then
   cmake_args=(-DCMAKE_CXX_COMPILER=clang++ -DFSQ_FUZZ=ON -DFSQ_BUILD_TESTS=OFF -DFSQ_PCH=OFF)

@@ -21,7 +21,25 @@ build_dir_of() {
   esac
 }
 
+# With the wheel lane after another: every lane's Debian packages first (one apt-get), then the wheel
+# lane's Python environment in the background while the lanes before it build (pip downloads and
+# unpacks several GB on a fresh machine: the network and the disk, where the build needs the CPU).
+env_pid=
+env_log=$(mktemp)
+trap '[ -z "$env_pid" ] || kill "$env_pid" 2>/dev/null; rm -f "$env_log"' EXIT
+if [[ " ${lanes[*]} " == *" wheel "* && "${lanes[0]}" != wheel ]]; then
+  "$root/tools/setup.sh" --torch wheel --packages-only
+  "$root/tools/setup.sh" --torch wheel --no-build >"$env_log" 2>&1 &
+  env_pid=$!
+fi
+
 for lane in "${lanes[@]}"; do
+  if [ "$lane" = wheel ] && [ -n "$env_pid" ]; then
+    wait "$env_pid" || { cat "$env_log" >&2; echo "test: the wheel lane's environment failed" >&2; exit 1; }
+    env_pid=
+    cat "$env_log"
+    echo "test: wheel lane's environment ready after $(($(date +%s) - start)) s"
+  fi
   case "$lane" in
     debian | wheel) BUILD_DIR=$(build_dir_of "$lane") "$root/tools/setup.sh" --torch "$lane" ;;
     fuzz) BUILD_DIR=$(build_dir_of fuzz) "$root/tools/setup.sh" --fuzz ;;

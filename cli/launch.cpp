@@ -5,6 +5,9 @@
 // same arguments). It links no LibTorch, so LibTorch loads once, with the settings in place; a
 // program that re-executed itself to set them loaded LibTorch twice (0.25-0.5 s of every start).
 // Setting them from the program's .preinit_array does not work (core/runtime.h says why).
+// What needs no model it answers itself, as the program would (tasks/program.h,
+// answer_without_running): --help, --dump-config, and a command line or config that is refused;
+// these then take milliseconds, not LibTorch's start-up.
 #include <unistd.h>
 
 #include <cerrno>
@@ -14,9 +17,13 @@
 #include <string>
 
 #include "fairseq_cpp/core/runtime.h"
+#include "fairseq_cpp/tasks/program.h"
+#include "fairseq_cpp/tasks/programs.h"
 
-int main(int, char** argv) {
+int main(int argc, char** argv) {
   fairseq_cpp::core::set_cpu_runtime_settings();
+  if (auto code = fairseq_cpp::tasks::answer_without_running(argc, argv, fairseq_cpp::tasks::FSQ_PROGRAM_SPEC()))
+    return *code;
   char self[PATH_MAX];
   const ssize_t n = readlink("/proc/self/exe", self, sizeof(self) - 1);
   std::string path = FSQ_PROGRAM_BINARY;

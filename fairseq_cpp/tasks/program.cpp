@@ -4,6 +4,7 @@
 
 #include <cstdio>
 #include <cstdlib>
+#include <optional>
 #include <string>
 
 #include <fmt/core.h>
@@ -24,27 +25,34 @@ int env_int(const char* name, int fallback) {
   return *end == '\0' && parsed > 0 ? static_cast<int>(parsed) : fallback;
 }
 
+// Parses the command line and resolves the config into `inv`; returns the exit code when that
+// answers the invocation (--help, --dump-config). Errors are thrown, for core::guarded_main.
+std::optional<int> prepare(int argc, char** argv, const config::ProgramSpec& spec, Invocation& inv) {
+  std::vector<std::string> args(argv + 1, argv + argc);
+  for (const auto& a : args)
+    if (a == "--debug") core::set_debug(true);
+  inv.argv.assign(argv, argv + argc);
+  inv.command_line = config::parse_command_line(spec, args);
+  if (inv.command_line.help) {
+    fmt::print("{}", config::help_text(spec));
+    return kExitOk;
+  }
+  if (auto unread = config::unread_keys(spec, inv.command_line, all_program_specs()); !unread.empty())
+    throw ConfigError(std::move(unread));
+  inv.config = config::load_config(inv.command_line.config_file, inv.command_line.assignments);
+  if (inv.command_line.dump_config) {
+    fmt::print("{}", config::dump_config(inv.config));
+    return kExitOk;
+  }
+  return std::nullopt;
+}
+
 }  // namespace
 
 int run_program(int argc, char** argv, const config::ProgramSpec& spec, const ProgramBody& body) {
   return core::guarded_main(spec.name, [&]() -> int {
-    std::vector<std::string> args(argv + 1, argv + argc);
-    for (const auto& a : args)
-      if (a == "--debug") core::set_debug(true);
     Invocation inv;
-    inv.argv.assign(argv, argv + argc);
-    inv.command_line = config::parse_command_line(spec, args);
-    if (inv.command_line.help) {
-      fmt::print("{}", config::help_text(spec));
-      return kExitOk;
-    }
-    if (auto unread = config::unread_keys(spec, inv.command_line, all_program_specs()); !unread.empty())
-      throw ConfigError(std::move(unread));
-    inv.config = config::load_config(inv.command_line.config_file, inv.command_line.assignments);
-    if (inv.command_line.dump_config) {
-      fmt::print("{}", config::dump_config(inv.config));
-      return kExitOk;
-    }
+    if (std::optional<int> answered = prepare(argc, argv, spec, inv)) return *answered;
     const auto& common = inv.config.common;
     log::LogOptions log_options;
     log_options.all_ranks = common.log_all_ranks;
@@ -53,6 +61,17 @@ int run_program(int argc, char** argv, const config::ProgramSpec& spec, const Pr
     log::configure(log_options);
     return body(inv);
   });
+}
+
+std::optional<int> answer_without_running(int argc, char** argv, const config::ProgramSpec& spec) {
+  std::optional<int> answered;
+  const int code = core::guarded_main(spec.name, [&]() -> int {
+    Invocation inv;
+    answered = prepare(argc, argv, spec, inv);
+    return kExitOk;
+  });
+  if (code != kExitOk) return code;  // refused, and said why
+  return answered;
 }
 
 }  // namespace fairseq_cpp::tasks

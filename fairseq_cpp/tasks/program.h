@@ -7,6 +7,7 @@
 //   int main(int argc, char** argv) { return run_program(argc, argv, kSpec, train_main); }
 
 #include <functional>
+#include <optional>
 
 #include "fairseq_cpp/config/command_line.h"
 
@@ -21,5 +22,11 @@ struct Invocation {
 using ProgramBody = std::function<int(const Invocation&)>;
 
 int run_program(int argc, char** argv, const config::ProgramSpec& spec, const ProgramBody& body);
+
+// What run_program does before the body, alone: answers --help and --dump-config, and refuses a
+// bad command line or config with run_program's messages; returns the exit code then, or nullopt
+// when the program has work to do. The launchers (cli/launch.cpp) call it, so that these answers
+// come without loading LibTorch (about 1 s of CPU per start with Debian's).
+std::optional<int> answer_without_running(int argc, char** argv, const config::ProgramSpec& spec);
 
 }  // namespace fairseq_cpp::tasks

@@ -13,6 +13,7 @@ namespace {
 
 using testing::program;
 using testing::run;
+using testing::source_dir;
 using testing::TempDir;
 
 const char* kPrograms[] = {"fairseq-cpp-train", "fairseq-cpp-preprocess", "fairseq-cpp-generate",
@@ -328,14 +329,60 @@ TEST(Cli, OpenMpRunsWithoutSpinningUnlessTheUserSaysOtherwise) {
     at += key.size();
     return text.substr(at, text.find('\'', at) - at);
   };
-  for (const char* name : {"fairseq-cpp-train", "fairseq-cpp-generate", "fairseq-cpp-interactive", "fairseq-cpp-eval"}) {
-    auto r = run({program(name), "--help"}, {{"OMP_WAIT_POLICY", ""}, {"OMP_DISPLAY_ENV", "VERBOSE"}});
-    EXPECT_EQ(r.exit_code, 0) << name << ": " << r.err;
+  // Command lines that the launcher passes on (--help it answers itself) and the program then
+  // refuses, after LibTorch and libgomp loaded: no data.
+  const std::vector<std::vector<std::string>> calls{
+      {"fairseq-cpp-train", "common.cpu_threads=1"},
+      {"fairseq-cpp-generate", "/nonexistent", "--path", "/nonexistent.pt"},
+      {"fairseq-cpp-interactive", "/nonexistent", "--path", "/nonexistent.pt"},
+      {"fairseq-cpp-eval", "validate", "/nonexistent", "--path", "/nonexistent.pt"}};
+  for (std::vector<std::string> call : calls) {
+    const std::string name = call[0];
+    call[0] = program(name);
+    auto r = run(call, {{"OMP_WAIT_POLICY", ""}, {"OMP_DISPLAY_ENV", "VERBOSE"}});
+    EXPECT_EQ(r.exit_code, 2) << name << ": " << r.err;
     EXPECT_EQ(last_spin_count(r.out + r.err), "0") << name << ": " << r.err;
-    EXPECT_EQ(blocks(r.out + r.err), 1u) << name << " loaded libgomp more than once: " << r.err;
-    r = run({program(name), "--help"}, {{"OMP_WAIT_POLICY", "ACTIVE"}, {"OMP_DISPLAY_ENV", "VERBOSE"}});
+    EXPECT_EQ(blocks(r.out + r.err), 1u) << name << " loaded libgomp other than once: " << r.err;
+    r = run(call, {{"OMP_WAIT_POLICY", "ACTIVE"}, {"OMP_DISPLAY_ENV", "VERBOSE"}});
     EXPECT_NE(last_spin_count(r.out + r.err), "0") << name << ": " << r.err;
   }
+}
+
+// The launcher answers what needs no model itself, as the program would, without starting it:
+// alone in a folder (no fairseq-cpp-PROGRAM.bin beside it), it answers --help and --dump-config,
+// and refuses a bad command line or config with the program's own message and exit code; only
+// work to do makes it start the program (here: cannot, exit 1).
+TEST(Cli, LaunchersAnswerHelpDumpConfigAndRefusalsWithoutStartingTheProgram) {
+  TempDir dir;
+  const std::string preset = source_dir() + "/configs/multi30k_transformer_small.yaml";
+  for (const char* name :
+       {"fairseq-cpp-train", "fairseq-cpp-generate", "fairseq-cpp-interactive", "fairseq-cpp-eval"}) {
+    const std::string alone = dir.path() + "/" + name;
+    std::filesystem::copy_file(program(name), alone);
+    std::filesystem::permissions(alone, std::filesystem::perms::owner_exec, std::filesystem::perm_options::add);
+    auto help = run({alone, "--help"});
+    EXPECT_EQ(help.exit_code, 0) << name << ": " << help.err;
+    EXPECT_EQ(help.out, run({program(name), "--help"}).out) << name;
+    EXPECT_EQ(help.out.rfind(std::string("usage: ") + name, 0), 0u) << name << ": " << help.out;
+
+    const std::vector<std::string> bad{"--no-such-flag", "model.no_such_key=1"};
+    auto refused = run({alone, bad[0], bad[1]});
+    auto by_program = run({program(std::string(name) + ".bin"), bad[0], bad[1]});
+    EXPECT_EQ(refused.exit_code, 2) << name << ": " << refused.err;
+    EXPECT_EQ(refused.exit_code, by_program.exit_code) << name;
+    EXPECT_EQ(refused.err, by_program.err) << name;
+    EXPECT_TRUE(refused.err.find("no-such-flag") != std::string::npos ||
+                refused.err.find("no_such_key") != std::string::npos)
+        << name << ": " << refused.err;
+  }
+  const std::string alone = dir.path() + "/fairseq-cpp-train";
+  auto dumped = run({alone, preset, "task.data=/data-bin", "--dump-config"});
+  EXPECT_EQ(dumped.exit_code, 0) << dumped.err;
+  EXPECT_EQ(dumped.out, run({program("fairseq-cpp-train"), preset, "task.data=/data-bin", "--dump-config"}).out);
+  EXPECT_NE(dumped.out.find("/data-bin"), std::string::npos) << dumped.out;
+  auto work = run({alone, preset, "task.data=/data-bin"});
+  EXPECT_EQ(work.exit_code, 1) << work.err;
+  EXPECT_NE(work.err.find("cannot start " + dir.path() + "/fairseq-cpp-train.bin"), std::string::npos) << work.err;
 }
 
 // The programs that run a model allocate through jemalloc with cli/allocator.cpp's settings

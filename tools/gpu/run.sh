@@ -8,7 +8,8 @@
 # the throughput benchmark (transformer base and big, 32k vocabulary, bf16, ours and plain PyTorch
 # eager and torch.compile'd) with one profile of a step of the big model at 16,384 tokens (shares of
 # GEMM, attention, optimizer, all-reduce, other kernels and host gaps; the table in profile.txt),
-# and the big model's step again with activation checkpointing (its memory and speed).
+# the big model's step again with activation checkpointing (its memory and speed), and the big
+# model at the largest batch that fits the card.
 # Prints one table last; writes every log and `record.md` (the table, with the commit, device,
 # driver, PyTorch version and date: prepend it to docs/benchmarks/gpu.md) into LOGDIR.
 #
@@ -19,8 +20,8 @@
 #               carry what prepare.sh prints
 #   tools/gpu/run.sh LOGDIR [--quick] [--shared DIR] [--steps LIST]
 #     DIR: the shared test data (default: .gpu-shared, $FSQ_SHARED, ../shared); LIST: some of build,tests,parity,generate,
-#     throughput,overlap (default all; run as build, tests, generate, throughput, parity, overlap:
-#     the device's own steps first), or cpu-reference alone (what prepare.sh
+#     throughput,overlap (default all; run as build, tests, generate, parity, overlap, throughput:
+#     the short ones first, torch.compile's minutes last), or cpu-reference alone (what prepare.sh
 #     runs: the CPU's fp32 parity run, kept in LOGDIR/cpu-fp32-loss).
 # A session has 15 minutes of device time, the machine's start included, so one call does it all:
 # - the build: prepare.sh compiles the wheel lane here (the same PyTorch 2.11 + CUDA 13 build as
@@ -31,8 +32,8 @@
 #   CUDA instances: they run from the test programs (fsq_gpu_tests whole, and every test named
 #   .../cuda or ..._cuda in the others), 8 programs at a time.
 # - the CPU's parity run comes from prepare.sh (.gpu-deps/cpu-fp32-loss) when it is for this
-#   commit; else it starts there after the build, on 8 cores beside the tests, generation and
-#   throughput (whose rows then say so), and the parity step waits for it.
+#   commit; else it starts there after the build, on 8 cores beside the tests and generation, and
+#   the parity step waits for it.
 # - BUDGET_S: a step that would start after that many seconds is skipped (and says so); LIMIT_S:
 #   every long command is stopped (timeout) at that many seconds of the call, so that the call ends
 #   within its limit with the table written; record.md is rewritten after each step.
@@ -227,8 +228,8 @@ if listed cpu-reference; then  # prepare.sh's: the full run, on this machine's C
   note "Multi30k $updates updates on the CPU, fp32, valid loss" "${loss:-failed (train-cpu-fp32.log)}"
 fi
 # The CPU's parity run (fp32, Multi30k): prepare.sh's when it is for this commit and as many
-# updates, else started here now, beside the tests, generation and throughput on $cpu_threads cores,
-# and waited for in the parity step (which runs after them: the device's own steps come first).
+# updates, else started here now, beside the tests and generation on $cpu_threads cores, and waited
+# for in the parity step (which runs after them).
 cpu_fp32= cpu_where= cpu_job=
 if listed parity && [ -d "$fixture/data-bin" ]; then
   if [ -f .gpu-deps/cpu-fp32-loss ]; then
@@ -330,72 +331,6 @@ PY
   note "generation, fixture checkpoint, beam 5" "H- lines equal to fairseq's: $same; ${speed:-no speed line: $(failed) (generate.log)}"
 fi
 
-# --- throughput: ours and plain PyTorch on the same model, batch and precision
-if [ "$quick" = 1 ]; then
-  sizes=("transformer 4000 1024 32"); iters=(2 1)
-else
-  # The issue's goal first (transformer-big at 16,384 tokens: MFU, the PyTorch ratio, the
-  # profile), in case BUDGET_S ends the step early.
-  sizes=("transformer_vaswani_wmt_en_de_big 32000 16384 64" "transformer 32000 16384 64"
-         "transformer_vaswani_wmt_en_de_big 32000 32768 64" "transformer_vaswani_wmt_en_de_big 32000 65536 64")
-  iters=(20 5)
-fi
-# One size is also profiled after its timed steps (tools/bench/step_profile.h): its shares make a row.
-profiled=${sizes[0]}
-echo "arch precision device tokens/step step_ms tokens/s peak_GiB TFLOP/s MFU" >"$logs/throughput.txt"
-want throughput || sizes=()
-for size in "${sizes[@]}"; do
-  read -r arch vocab tokens len <<<"$size"
-  want throughput || break
-  profile=()
-  [ "$size" = "$profiled" ] && { profile=(--profile "$logs/profile.txt"); rm -f "$logs/profile.txt"; }
-  out=$(bounded "$build/tools/bench/fsq_bench_train_step" --arch "$arch" --vocab "$vocab" --max-tokens "$tokens" --len "$len" \
-    --bf16 1 --iters "${iters[0]}" --warmup "${iters[1]}" "${profile[@]}" 2>>"$logs/throughput.log")
-  ours=$(grep -v '^profile: ' <<<"$out")
-  echo "$ours" >>"$logs/throughput.txt"
-  cpu_flag=$([ "$gpu" = none ] && echo cpu)
-  eager=$(bounded "$PYTHON" tools/bench/train_step_ref.py "$arch" "$vocab" "$tokens" "$len" bf16 "${iters[0]}" "${iters[1]}" \
-    $cpu_flag 2>>"$logs/throughput.log")
-  # torch.compile takes minutes per shape: for the profiled size only (transformer-big, 16,384
-  # tokens: the issue's goal), not without a GPU, and only with 4 minutes left before LIMIT_S.
-  if [ "$gpu" = none ] || [ "$size" != "$profiled" ]; then
-    compiled="- -" compiled_note="-"
-  elif [ "$(left)" -lt 240 ]; then
-    compiled="" compiled_note="skipped (LIMIT_S near)"
-  else
-    compiled=$(bounded "$PYTHON" tools/bench/train_step_ref.py "$arch" "$vocab" "$tokens" "$len" bf16 "${iters[0]}" \
-      "${iters[1]}" compile 2>>"$logs/throughput.log")
-    compiled_note="failed (throughput.log)"
-  fi
-  beside=
-  [ -n "$cpu_job" ] && kill -0 "$cpu_job" 2>/dev/null && beside=" (the CPU's parity run on $cpu_threads cores beside)"
-  read -r _ _ _ _ _ our_tps our_gib _ our_mfu <<<"$ours"
-  read -r eager_tps _ <<<"$eager"
-  read -r compiled_tps _ <<<"$compiled"
-  [ "$compiled_tps" = - ] && compiled_tps=""
-  best=$(printf '%s\n%s\n' "${eager_tps:-0}" "${compiled_tps:-0}" | sort -g | tail -1)
-  ratio=$(awk -v a="${our_tps:-0}" -v b="$best" 'BEGIN { if (b > 0) printf "%.2fx", a / b; else print "n/a" }')
-  note "train step $arch bf16, $tokens tokens" \
-    "ours ${our_tps:-$(failed)} tok/s, ${our_gib:-?} GiB, MFU ${our_mfu:-?}; PyTorch eager ${eager_tps:-$(failed)}, compile ${compiled_tps:-$compiled_note}; ours/best $ratio$beside"
-  if [ ${#profile[@]} -gt 0 ]; then
-    shares=$(sed -n 's/^profile: //p' <<<"$out")
-    note "profile of a step ($arch bf16, $tokens tokens)" "${shares:-$(failed) (throughput.log)}${shares:+; table: profile.txt}"
-  fi
-done
-
-# Activation checkpointing (model.checkpoint_activations) on the first size: its memory and speed
-# against that size's plain row above.
-if want throughput; then
-  read -r arch vocab tokens len <<<"${profiled}"
-  out=$(bounded "$build/tools/bench/fsq_bench_train_step" --arch "$arch" --vocab "$vocab" --max-tokens "$tokens" \
-    --len "$len" --bf16 1 --iters "${iters[0]}" --warmup "${iters[1]}" --gemm 0 --checkpoint-activations 1 \
-    2>>"$logs/throughput.log" | head -1)
-  [ -n "$out" ] && echo "$out checkpoint_activations" >>"$logs/throughput.txt"
-  read -r _ _ _ _ _ ckpt_tps ckpt_gib _ <<<"$out"
-  note "train step $arch bf16, $tokens tokens, checkpoint_activations" \
-    "${ckpt_tps:-$(failed)} tok/s, ${ckpt_gib:-?} GiB (the plain run: the row of this size above)"
-fi
-
 # --- Multi30k parity: the device's runs, and the CPU's
 if ! want parity; then
   [ -n "$cpu_job" ] && kill $cpu_job 2>/dev/null
@@ -424,6 +359,102 @@ if want overlap; then
   hidden=$(sed -n 's/^hidden behind backward: //p' "$logs/overlap.txt")
   note "all-reduce during backward, 2 Gloo workers$([ "$gpu" != none ] && echo ' sharing the GPU')" \
     "${hidden:-$(failed) (overlap.log)}${hidden:+; overlap.txt}"
+fi
+
+# --- throughput: ours and plain PyTorch on the same model, batch and precision
+# Rows: transformer-big at 16,384 tokens (the issue's goal: MFU, the PyTorch ratio, the profile),
+# the same with activation checkpointing, base at 16,384, transformer-big at the largest batch that
+# fits (tried from the top down: a batch that does not fit fails at its first step), then
+# torch.compile's reference at 16,384 (minutes of compiling: last, with 4 minutes left before LIMIT_S).
+if [ "$quick" = 1 ]; then
+  sizes=("transformer 4000 1024 32" checkpointing); iters=(2 1); largest=()
+else
+  sizes=("transformer_vaswani_wmt_en_de_big 32000 16384 64" checkpointing "transformer 32000 16384 64" largest)
+  iters=(20 5)
+  # Target tokens a step, by the card's memory: 16,384 took 12.8 GiB, each 16,384 more 8.4 GiB.
+  mem_gib=$(nvidia-smi --query-gpu=memory.total --format=csv,noheader,nounits 2>/dev/null | head -1)
+  mem_gib=$(( ${mem_gib:-0} / 1024 ))
+  largest=()
+  for n in 15 14 12 10 8 6 4; do
+    [ $(( 4 + 9 * n )) -le "$mem_gib" ] && largest+=($(( 16384 * n )))
+  done
+fi
+profiled=${sizes[0]}
+echo "arch precision device tokens/step step_ms tokens/s peak_GiB TFLOP/s MFU" >"$logs/throughput.txt"
+cpu_flag=$([ "$gpu" = none ] && echo cpu)
+# ours ARCH VOCAB TOKENS LEN [BENCH-FLAGS...]: our step's row (throughput.txt's columns).
+ours() {
+  local arch=$1 vocab=$2 tokens=$3 len=$4; shift 4
+  bounded "$build/tools/bench/fsq_bench_train_step" --arch "$arch" --vocab "$vocab" --max-tokens "$tokens" --len "$len" \
+    --bf16 1 --iters "${iters[0]}" --warmup "${iters[1]}" "$@" 2>>"$logs/throughput.log"
+}
+# reference ARCH VOCAB TOKENS LEN [compile]: PyTorch's "tokens/s median_ms peak_GiB".
+reference() {
+  bounded "$PYTHON" tools/bench/train_step_ref.py "$1" "$2" "$3" "$4" bf16 "${iters[0]}" "${iters[1]}" ${5:-} $cpu_flag \
+    2>>"$logs/throughput.log"
+}
+compare() {  # ARCH VOCAB TOKENS LEN PROFILE-FLAGS...: ours and PyTorch eager, one row
+  local arch=$1 vocab=$2 tokens=$3 len=$4; shift 4
+  local out eager our_tps our_gib our_mfu eager_tps beside=
+  out=$(ours "$arch" "$vocab" "$tokens" "$len" "$@")
+  grep -v '^profile: ' <<<"$out" | grep . >>"$logs/throughput.txt"
+  read -r _ _ _ _ _ our_tps our_gib _ our_mfu <<<"$(grep -v '^profile: ' <<<"$out")"
+  [ -z "$our_tps" ] && [ "${trying_largest:-0}" = 1 ] && return 1  # (did not fit: the next size)
+  eager=$(reference "$arch" "$vocab" "$tokens" "$len")
+  read -r eager_tps _ <<<"$eager"
+  [ -n "$cpu_job" ] && kill -0 "$cpu_job" 2>/dev/null && beside=" (the CPU's parity run on $cpu_threads cores beside)"
+  note "train step $arch bf16, $tokens tokens" \
+    "ours ${our_tps:-$(failed)} tok/s, ${our_gib:-?} GiB, MFU ${our_mfu:-?}; PyTorch eager ${eager_tps:-$(failed)}; ours/eager $(ratio "$our_tps" "$eager_tps")$beside${row_note:-}"
+  [ "$arch $vocab $tokens $len" = "$profiled" ] && our_profiled_tps=$our_tps eager_profiled_tps=$eager_tps
+  if [ $# -gt 0 ]; then
+    local shares
+    shares=$(sed -n 's/^profile: //p' <<<"$out")
+    note "profile of a step ($arch bf16, $tokens tokens)" "${shares:-$(failed) (throughput.log)}${shares:+; table: profile.txt}"
+  fi
+  return 0
+}
+ratio() { awk -v a="${1:-0}" -v b="${2:-0}" 'BEGIN { if (a > 0 && b > 0) printf "%.2fx", a / b; else print "n/a" }'; }
+want throughput || sizes=()
+for size in "${sizes[@]}"; do
+  want throughput || break
+  case $size in
+    checkpointing)  # model.checkpoint_activations at the first size: memory and speed against its row
+      read -r arch vocab tokens len <<<"$profiled"
+      out=$(ours "$arch" "$vocab" "$tokens" "$len" --gemm 0 --checkpoint-activations 1 | head -1)
+      [ -n "$out" ] && echo "$out checkpoint_activations" >>"$logs/throughput.txt"
+      read -r _ _ _ _ _ ckpt_tps ckpt_gib _ <<<"$out"
+      note "train step $arch bf16, $tokens tokens, checkpoint_activations" \
+        "${ckpt_tps:-$(failed)} tok/s, ${ckpt_gib:-?} GiB (the plain run: the row of this size above)" ;;
+    largest)  # transformer-big at the largest batch that fits, fewer steps
+      iters=(8 3) trying_largest=1 fitted= too_large=
+      for tokens in "${largest[@]}"; do
+        want throughput || break
+        row_note="; the largest batch that fits${too_large:+ (not: $too_large)}"
+        if compare transformer_vaswani_wmt_en_de_big 32000 "$tokens" 64; then fitted=$tokens; break; fi
+        too_large="${too_large:+$too_large, }$tokens"
+        echo "largest: $tokens tokens did not fit" >>"$logs/throughput.log"
+      done
+      trying_largest=0 row_note=
+      [ -z "$fitted" ] && [ ${#largest[@]} -gt 0 ] && note "train step transformer_vaswani_wmt_en_de_big bf16, largest batch" \
+        "none of ${largest[*]} tokens ran (throughput.log)" ;;
+    *)
+      read -r arch vocab tokens len <<<"$size"
+      profile=()
+      [ "$size" = "$profiled" ] && { profile=(--profile "$logs/profile.txt"); rm -f "$logs/profile.txt"; }
+      compare "$arch" "$vocab" "$tokens" "$len" "${profile[@]}" ;;
+  esac
+done
+# torch.compile's reference at the profiled size (not without a GPU).
+if [ "$gpu" != none ] && listed throughput && [ "$quick" = 0 ]; then
+  read -r arch vocab tokens len <<<"$profiled"
+  iters=(20 5)
+  if [ "$(left)" -lt 240 ]; then
+    note "torch.compile, $arch bf16, $tokens tokens" "skipped (LIMIT_S near)"
+  else
+    read -r compiled_tps _ <<<"$(reference "$arch" "$vocab" "$tokens" "$len" compile)"
+    note "torch.compile, $arch bf16, $tokens tokens" \
+      "${compiled_tps:-$(failed) (throughput.log)} tok/s; ours/compile $(ratio "${our_profiled_tps:-}" "$compiled_tps"), ours/best $(ratio "${our_profiled_tps:-}" "$(printf '%s\n%s\n' "${eager_profiled_tps:-0}" "${compiled_tps:-0}" | sort -g | tail -1)")"
+  fi
 fi
 
 # --- the table (record.md, for docs/benchmarks/gpu.md, is already written)

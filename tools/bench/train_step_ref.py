@@ -4,9 +4,12 @@ shared vocabulary, sinusoidal positions, base or big), the same batch of random 
 update as a PyTorch user would write it at its fastest: bf16 autocast (or float32),
 F.scaled_dot_product_attention (flash/memory-efficient kernels on CUDA), the label-smoothed loss
 in float32, backward, Adam (fused on CUDA), optionally under torch.compile.
-usage: train_step_ref.py ARCH VOCAB MAX_TOKENS LEN PRECISION ITERS WARMUP [compile] [cpu]
+usage: train_step_ref.py ARCH VOCAB MAX_TOKENS LEN PRECISION ITERS WARMUP [compile] [cpu] [after=FILE]
+after=FILE: the timed steps wait, after the warmup (torch.compile's minutes), until FILE exists, so
+that compiling can go on beside other work and the timing does not share the device.
 prints: "tokens_per_s median_ms peak_gib"."""
 import math
+import os
 import statistics
 import sys
 import time
@@ -124,8 +127,11 @@ def main():
         opt.step()
 
     sync = torch.cuda.synchronize if device == "cuda" else (lambda: None)
+    after = [a[len("after="):] for a in rest if a.startswith("after=")]
     times = []
     for i in range(warmup + iters):
+        while i == warmup and after and not os.path.exists(after[0]):
+            time.sleep(0.1)
         sync()
         t0 = time.perf_counter()
         step()

@@ -8,6 +8,8 @@
 
 #include <algorithm>
 #include <fstream>
+#include <sstream>
+#include <string>
 
 #include <ATen/ATen.h>
 #include <ATen/Parallel.h>
@@ -69,6 +71,21 @@ bool cpu_has_avx512f() {
 #else
   return false;
 #endif
+}
+
+bool cpu_has_bf16_products() {
+  static const bool yes = [] {
+    std::ifstream in("/proc/cpuinfo");
+    for (std::string line; std::getline(in, line);) {
+      if (line.rfind("flags", 0) != 0) continue;
+      std::istringstream flags(line.substr(line.find(':') + 1));
+      for (std::string flag; flags >> flag;)
+        if (flag == "avx512_bf16" || flag == "amx_bf16") return true;
+      return false;  // (every processor lists the same flags)
+    }
+    return false;
+  }();
+  return yes;
 }
 
 int configure_cpu_threads(int requested, int local_processes) {

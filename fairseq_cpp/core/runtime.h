@@ -53,6 +53,10 @@ int available_cores();
 // the vectorized log_softmax and the one-pass beam candidates use it, else LibTorch's operators.
 bool cpu_has_avx512f();
 
+// Whether this CPU multiplies bf16 in hardware (AVX512_BF16 or AMX-BF16, from /proc/cpuinfo's
+// flags): without either, LibTorch's bf16 products run slower than float32's.
+bool cpu_has_bf16_products();
+
 // Sets LibTorch's intra-op threads: `requested` when > 0, else available cores / local processes
 // (at least 1). Returns the number set.
 int configure_cpu_threads(int requested, int local_processes);

@@ -9,6 +9,7 @@
 #include "fairseq_cpp/checkpoint/load_model.h"
 #include "fairseq_cpp/core/errors.h"
 #include "fairseq_cpp/core/logging.h"
+#include "fairseq_cpp/core/runtime.h"
 #include "fairseq_cpp/distributed/topology.h"
 #include "fairseq_cpp/models/ensemble.h"
 #include "fairseq_cpp/models/quantize.h"
@@ -55,12 +56,33 @@ data::BatchingOptions batching_options(const config::DatasetConfig& dataset, Bat
   return o;
 }
 
+namespace {
+
+// Whether generation runs in bf16 (--bf16: the weights, activations and caches in bf16; the search's
+// log-probabilities and scores in float32); refuses what cannot run, before a checkpoint is read.
+bool check_generation_precision(const config::Config& cli, c10::Device device) {
+  if (cli.common.fp16)
+    raise<UserError>(
+        "--fp16 applies to training and fairseq-cpp-eval validate; generation runs in float32, or bf16 "
+        "with --bf16");
+  const bool int8 = cli.generation.quantize == "int8";
+  if (int8 && device.is_cuda())
+    raise<UserError>("--quantize int8 runs on the CPU only, and this run is on the GPU; add --cpu");
+  if (!cli.common.bf16) return false;
+  if (int8) raise<UserError>("--bf16 and --quantize int8 exclude each other: choose one");
+  if (device.is_cpu() && !core::cpu_has_bf16_products())
+    raise<UserError>(
+        "--bf16 on the CPU needs AVX512_BF16 or AMX, and this CPU has neither (its bf16 products would "
+        "run slower than float32's): leave --bf16 out, or use --quantize int8, or a GPU");
+  return true;
+}
+
+}  // namespace
+
 Translation load_translation(const config::Config& cli, const std::string& split) {
-  if (cli.common.bf16 || cli.common.fp16)
-    raise<UserError>("--{} applies to training and fairseq-cpp-eval validate; generation runs in float32 (mixed "
-                     "precision beam search is not implemented yet)",
-                     cli.common.bf16 ? "bf16" : "fp16");
   Translation t;
+  t.device = c10::Device(distributed::local_device(topology_inputs(cli)));
+  const bool bf16 = check_generation_precision(cli, t.device);
   // Several data directories (bin1:bin2, sharded training data): generation reads the first, as fairseq's does.
   const std::vector<std::string> data_dirs = data::split_paths(cli.task.data);
   t.data_dir = data_dirs.empty() ? std::string() : data_dirs[0];
@@ -93,19 +115,17 @@ Translation load_translation(const config::Config& cli, const std::string& split
   t.tgt_dict = data::Dictionary::load((fs::path(t.data_dir) / ("dict." + t.tgt_lang + ".txt")).string());
   models::Vocabularies vocab{t.src_dict.size(), t.tgt_dict.size(), t.src_dict.pad(),
                              t.src_dict.to_text() == t.tgt_dict.to_text()};
-  t.device = c10::Device(distributed::local_device(topology_inputs(cli)));
-  const bool cuda = t.device.is_cuda();
   const bool int8 = cli.generation.quantize == "int8";
-  if (int8 && cuda) raise<UserError>("--quantize int8 runs on the CPU only, and this run is on the GPU; add --cpu");
   std::vector<std::shared_ptr<models::EncoderDecoderModel>> members;
   for (size_t i = 0; i < paths.size(); ++i) {
     checkpoint::LoadedModel loaded =
         checkpoint::load_model(i == 0 ? stored : checkpoint::load_file(paths[i], checkpoint::Reading::kMapped),
                                paths[i], vocab, t.device, cli.common_eval.use_ema);
     if (i == 0) t.trained = loaded.config;
-    log::info("generate", "loaded {} ({} parameters, arch {}{}) on {}", paths[i],
+    log::info("generate", "loaded {} ({} parameters, arch {}{}) on {}{}", paths[i],
               models::count_parameters(*loaded.model), loaded.config.model.arch,
-              cli.common_eval.use_ema ? ", its EMA weights" : "", t.device.str());
+              cli.common_eval.use_ema ? ", its EMA weights" : "", t.device.str(), bf16 ? " in bf16" : "");
+    if (bf16) loaded.model->to(torch::kBFloat16);
     members.push_back(loaded.model);
   }
   t.models = members.size();

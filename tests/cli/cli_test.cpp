@@ -236,15 +236,28 @@ TEST(Cli, BadOverridesAndFlags) {
   EXPECT_NE(r.err.find("needs a subcommand: one of validate, score, average."), std::string::npos);
 }
 
-TEST(Cli, MixedPrecisionWithoutFloat32WeightsIsRefusedNotIgnored) {
+TEST(Cli, MixedPrecisionThatCannotRunIsRefusedNotIgnored) {
   testing::TempDir dir;
-  // bf16 and fp16 train (tests/trainer); generation does not run in them yet and says so.
-  auto r = run({program("fairseq-cpp-generate"), dir.path(), "--path", "x.pt", "--bf16"});
+  // bf16 and fp16 train (tests/trainer); generation runs in bf16 on a GPU, and on a CPU that
+  // multiplies bf16 in hardware (/proc/cpuinfo's flags, read here apart from the program's reading).
+  auto r = run({program("fairseq-cpp-generate"), dir.path(), "--path", "x.pt", "--bf16", "--cpu"});
   EXPECT_EQ(r.exit_code, 2);
-  EXPECT_NE(r.err.find("--bf16 applies to training and fairseq-cpp-eval validate"), std::string::npos) << r.err;
+  const std::string flags = run({"/bin/sh", "-c", "grep -m1 '^flags' /proc/cpuinfo"}).out + " ";
+  if (flags.find(" avx512_bf16 ") == std::string::npos && flags.find(" amx_bf16 ") == std::string::npos) {
+    EXPECT_NE(r.err.find("--bf16 on the CPU needs AVX512_BF16 or AMX, and this CPU has neither"), std::string::npos)
+        << r.err;
+  } else {
+    EXPECT_NE(r.err.find("checkpoint x.pt does not exist (--path)"), std::string::npos) << r.err;  // --bf16 taken
+  }
+  r = run({program("fairseq-cpp-generate"), dir.path(), "--path", "x.pt", "--bf16", "--quantize", "int8", "--cpu"});
+  EXPECT_EQ(r.exit_code, 2);
+  EXPECT_NE(r.err.find("--bf16 and --quantize int8 exclude each other"), std::string::npos) << r.err;
   r = run({program("fairseq-cpp-generate"), dir.path(), "--path", "x.pt", "--fp16"});
   EXPECT_EQ(r.exit_code, 2);
-  EXPECT_NE(r.err.find("--fp16 applies to training and fairseq-cpp-eval validate"), std::string::npos) << r.err;
+  EXPECT_NE(r.err.find("--fp16 applies to training and fairseq-cpp-eval validate; generation runs in float32, or "
+                       "bf16 with --bf16"),
+            std::string::npos)
+      << r.err;
   // fairseq's --memory-efficient-fp16 is a flag here too, refused in training with its reason.
   r = run({program("fairseq-cpp-train"), testing::source_dir() + "/configs/transformer_wmt_en_de.yaml",
            "task.data=" + dir.path(), "--memory-efficient-fp16"});

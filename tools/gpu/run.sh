@@ -340,6 +340,22 @@ PY
 )
   speed=$(grep -ho "([0-9.]* sentences/s, [0-9.]* tokens/s)" "$logs/generate.log" "$logs/generate.txt" | tail -1)
   note "generation, fixture checkpoint, beam 5" "H- lines equal to fairseq's: $same; ${speed:-no speed line: $(failed) (generate.log)}"
+  # The same in bf16 (--bf16: weights, activations and caches in bf16), each run's sacreBLEU against
+  # the T- lines (the references as the data-bin holds them).
+  bounded "$build/fairseq-cpp-generate" "$fixture/data-bin" --path "$logs/imported.pt" --gen-subset test --beam 5 \
+    --batch-size 128 --remove-bpe sentencepiece --bf16 >"$logs/generate-bf16.txt" 2>"$logs/generate-bf16.log"
+  bleu_of() {  # GENERATE-OUTPUT: sacreBLEU of its H- lines against its T- lines
+    local name=${1%.txt}
+    for kind in H T; do
+      grep "^$kind-" "$1" | sed "s/^$kind-//" | sort -n | awk -F '\t' '{print $NF}' >"$name.$kind"
+    done
+    "$build/fairseq-cpp-eval" score --sys "$name.H" --ref "$name.T" --metric bleu 2>>"$logs/generate.log" |
+      sed -n 's/^BLEU|[^ ]* = \([0-9.]*\) .*/\1/p'
+  }
+  bleu32=$(bleu_of "$logs/generate.txt") bleu16=$(bleu_of "$logs/generate-bf16.txt")
+  speed16=$(grep -ho "([0-9.]* sentences/s, [0-9.]* tokens/s)" "$logs/generate-bf16.log" "$logs/generate-bf16.txt" | tail -1)
+  note "generation in bf16 (the same)" \
+    "BLEU ${bleu16:-$(failed) (generate-bf16.log)} against float32's ${bleu32:-?}; ${speed16:-no speed line}"
 fi
 
 # --- Multi30k parity: the device's runs, and the CPU's

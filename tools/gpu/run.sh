@@ -294,6 +294,7 @@ gtests() {
   note "tests ($name)" "$passed passed, $failed failed, $skipped skipped${abnormal:+; ended abnormally: $abnormal} (gtest-$name-*.log)"
   head -10 <<<"$failures"
 }
+late_test='*AMissingBucketAllReduceNamesItself/cuda'
 if ! want tests; then
   :
 elif [ "$prebuilt" = 1 ]; then
@@ -301,7 +302,9 @@ elif [ "$prebuilt" = 1 ]; then
   for t in "$build"/tests/fsq_*_tests; do [ "$(basename "$t")" != fsq_gpu_tests ] && others+=("$t"); done
   if [ "$gpu" != none ]; then
     gtests gpu '*' "$build/tests/fsq_gpu_tests"
-    gtests cuda '*/cuda:*_cuda' "${others[@]}"  # Devices/Suite.Test/cuda, Variants/...Test/postnorm_cuda
+    # Devices/Suite.Test/cuda, Variants/...Test/postnorm_cuda; the one that has taken minutes on
+    # CUDA ($late_test) runs alone, last (below), so that it cuts no other test off.
+    gtests cuda "*/cuda:*_cuda:-$late_test" "${others[@]}"
   else
     note "tests (gpu)" "not run: no GPU here (fsq_gpu_tests fail without CUDA, by design)"
     gtests cpu-instances '*/cpu:*_cpu' "${others[@]}"  # the same runner, on the CPU twins
@@ -483,6 +486,17 @@ for size in "${sizes[@]}"; do
       compare "$arch" "$vocab" "$tokens" "$len" "${profile[@]}" ;;
   esac
 done
+# --- the test whose error has come minutes late on CUDA (docs/benchmarks/gpu.md), alone, last:
+# when rank 0's error arrived (the test prints it) and when the test ended.
+if [ "$prebuilt" = 1 ] && [ "$gpu" != none ] && listed tests && [ "$(left)" -gt 30 ]; then
+  t=$(left); t=$(( t > 300 ? 300 : t - 10 ))
+  start=$(date +%s)
+  timeout -k 5 "$t" "$build/tests/fsq_trainer_tests" --gtest_filter="$late_test" >"$logs/late-test.log" 2>&1
+  rc=$?
+  arrived=$(grep -m1 -o "rank 0's update 2 ended after [0-9.]* s" "$logs/late-test.log")
+  note "test ${late_test//\*/}" "${arrived:-no error line}; the test $([ "$rc" = 0 ] && echo passed || echo "ended with $rc") after $(( $(date +%s) - start )) s (late-test.log)"
+fi
+
 # --- the table (record.md, for docs/benchmarks/gpu.md, is already written)
 write_record
 echo

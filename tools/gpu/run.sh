@@ -4,7 +4,8 @@
 # the device-parameterized suites, tests/support/devices.h, register one where CUDA is present),
 # the gradient all-reduce during backward against after it (tools/bench/overlap.sh, two Gloo
 # workers sharing the GPU), the Multi30k parity runs (fp32 and bf16 on the device against fp32 on the CPU, 544
-# updates), generation with the fairseq v0.9 fixture checkpoint against fairseq's own output, and
+# updates), generation with the fairseq v0.9 fixture checkpoint against fairseq's own output (and in
+# bf16 against float32's BLEU), and
 # the throughput benchmark (transformer base and big, 32k vocabulary, bf16, ours and plain PyTorch
 # eager and torch.compile'd) with one profile of a step of the big model at 16,384 tokens (shares of
 # GEMM, attention, optimizer, all-reduce, other kernels and host gaps; the table in profile.txt),

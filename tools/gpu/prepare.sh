@@ -6,7 +6,8 @@
 #                             GoogleTest, nlohmann-json) and the project's own needs beyond them
 #                             (zlib and OpenSSL's libcrypto for checkpoints, jemalloc for the programs,
 #                             gloo's headers: the wheel's LibTorch has none, and c10d's
-#                             ProcessGroupGloo.hpp includes them, so a build there needs them)
+#                             ProcessGroupGloo.hpp includes them, so a build there needs them;
+#                             elfutils' eu-stack, for the threads' stacks of a test that waits)
 #   .gpu-deps/prebuilt.tar.xz the wheel lane's programs and tests, built here (BUILD, default
 #                             build-wheel: PyTorch 2.11 with CUDA 13, the GPU machine's own), stripped;
 #                             .gpu-deps/prebuilt-dir names that folder. The run uses them instead of
@@ -42,7 +43,8 @@ fi
 rm -rf "$dest"
 shared=${FSQ_SHARED:-../shared}
 bash "$shared/gpu/prepare-deps.sh" "$dest" >/dev/null
-extra=(zlib1g zlib1g-dev libssl3 libssl-dev libjemalloc2 libjemalloc-dev libgloo-dev)
+# (elfutils: eu-stack, for the stacks of a test that waits there; that machine has no debugger)
+extra=(zlib1g zlib1g-dev libssl3 libssl-dev libjemalloc2 libjemalloc-dev libgloo-dev elfutils libdw1 libasm1 libelf1)
 mkdir -p "$dest/debs"
 (cd "$dest/debs" && apt-get download "${extra[@]}" >/dev/null)
 for d in "$dest"/debs/*.deb; do dpkg -x "$d" "$dest/prefix"; done

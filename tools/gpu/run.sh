@@ -492,7 +492,16 @@ done
 if [ "$prebuilt" = 1 ] && [ "$gpu" != none ] && listed tests && [ "$(left)" -gt 30 ]; then
   t=$(left); t=$(( t > 300 ? 300 : t - 10 ))
   start=$(date +%s)
-  timeout -k 5 "$t" "$build/tests/fsq_trainer_tests" --gtest_filter="$late_test" >"$logs/late-test.log" 2>&1
+  timeout -k 5 "$t" "$build/tests/fsq_trainer_tests" --gtest_filter="$late_test" >"$logs/late-test.log" 2>&1 &
+  late=$!
+  # Where its threads wait, if it still runs 30 and 90 s in (eu-stack, carried in .gpu-deps).
+  for at in 30 90; do
+    while kill -0 "$late" 2>/dev/null && [ $(( $(date +%s) - start )) -lt "$at" ]; do sleep 1; done
+    kill -0 "$late" 2>/dev/null || break
+    pid=$(pgrep -P "$late" | head -1)
+    [ -n "$pid" ] && [ -x "${deps:-/nonexistent}/bin/eu-stack" ] && "$deps/bin/eu-stack" -p "$pid" >"$logs/late-stacks-$at.txt" 2>&1
+  done
+  wait "$late"
   rc=$?
   arrived=$(grep -m1 -o "rank 0's update 2 ended after [0-9.]* s" "$logs/late-test.log")
   note "test ${late_test//\*/}" "${arrived:-no error line}; the test $([ "$rc" = 0 ] && echo passed || echo "ended with $rc") after $(( $(date +%s) - start )) s (late-test.log)"

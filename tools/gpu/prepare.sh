@@ -43,7 +43,6 @@ fi
 rm -rf "$dest"
 shared=${FSQ_SHARED:-../shared}
 bash "$shared/gpu/prepare-deps.sh" "$dest" >/dev/null
-# (elfutils: eu-stack, for the stacks of a test that waits there; that machine has no debugger)
 extra=(zlib1g zlib1g-dev libssl3 libssl-dev libjemalloc2 libjemalloc-dev libgloo-dev elfutils libdw1 libasm1 libelf1)
 mkdir -p "$dest/debs"
 (cd "$dest/debs" && apt-get download "${extra[@]}" >/dev/null)

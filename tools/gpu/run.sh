@@ -248,9 +248,16 @@ fi
 # torch.compile's reference at transformer-big, 16,384 tokens compiles (minutes of CPU) beside the
 # tests, generation, parity and overlap; its timed steps wait for the file compile.go, which the
 # throughput step makes once our own rows of that size are measured (the device is then its alone).
+# The throughput step's first size (profiled, compiled) and its timed and warm-up steps.
+if [ "$quick" = 1 ]; then
+  profiled="transformer 4000 1024 32" iters=(2 1)
+else
+  profiled="transformer_vaswani_wmt_en_de_big 32000 16384 64" iters=(20 5)
+fi
 compile_job=
 if [ "$gpu" != none ] && [ "$quick" = 0 ] && listed throughput; then
-  timeout -k 5 "$(left)" "$PYTHON" tools/bench/train_step_ref.py transformer_vaswani_wmt_en_de_big 32000 16384 64 bf16 20 5 \
+  # (not through `bounded`: a function run in the background would leave timeout's pid unknown)
+  timeout -k 5 "$(left)" "$PYTHON" tools/bench/train_step_ref.py $profiled bf16 "${iters[@]}" \
     compile "after=$logs/compile.go" >"$logs/compile.out" 2>"$logs/compile.log" &
   compile_job=$!
   trap 'kill ${publisher:-} $compile_job 2>/dev/null' EXIT
@@ -399,10 +406,9 @@ fi
 # the largest batch that fits (tried from the top down: a batch that does not fit fails at its first
 # step; the compiled reference has given its memory back).
 if [ "$quick" = 1 ]; then
-  sizes=("transformer 4000 1024 32" checkpointing); iters=(2 1); largest=()
+  sizes=("$profiled" checkpointing); largest=()
 else
-  sizes=("transformer_vaswani_wmt_en_de_big 32000 16384 64" checkpointing "transformer 32000 16384 64" compiled largest)
-  iters=(20 5)
+  sizes=("$profiled" checkpointing "transformer 32000 16384 64" compiled largest)
   # Target tokens a step, by the card's memory: 16,384 took 12.8 GiB, each 16,384 more 8.4 GiB.
   mem_gib=$(nvidia-smi --query-gpu=memory.total --format=csv,noheader,nounits 2>/dev/null | head -1)
   mem_gib=$(( ${mem_gib:-0} / 1024 ))
@@ -411,7 +417,6 @@ else
     [ $(( 4 + 9 * n )) -le "$mem_gib" ] && largest+=($(( 16384 * n )))
   done
 fi
-profiled=${sizes[0]}
 echo "arch precision device tokens/step step_ms tokens/s peak_GiB TFLOP/s MFU" >"$logs/throughput.txt"
 cpu_flag=$([ "$gpu" = none ] && echo cpu)
 # ours ARCH VOCAB TOKENS LEN [BENCH-FLAGS...]: our step's row (throughput.txt's columns).
@@ -420,9 +425,9 @@ ours() {
   bounded "$build/tools/bench/fsq_bench_train_step" --arch "$arch" --vocab "$vocab" --max-tokens "$tokens" --len "$len" \
     --bf16 1 --iters "${iters[0]}" --warmup "${iters[1]}" "$@" 2>>"$logs/throughput.log"
 }
-# reference ARCH VOCAB TOKENS LEN [compile]: PyTorch's "tokens/s median_ms peak_GiB".
+# reference ARCH VOCAB TOKENS LEN: PyTorch eager's "tokens/s median_ms peak_GiB".
 reference() {
-  bounded "$PYTHON" tools/bench/train_step_ref.py "$1" "$2" "$3" "$4" bf16 "${iters[0]}" "${iters[1]}" ${5:-} $cpu_flag \
+  bounded "$PYTHON" tools/bench/train_step_ref.py "$1" "$2" "$3" "$4" bf16 "${iters[0]}" "${iters[1]}" $cpu_flag \
     2>>"$logs/throughput.log"
 }
 compare() {  # ARCH VOCAB TOKENS LEN PROFILE-FLAGS...: ours and PyTorch eager, one row

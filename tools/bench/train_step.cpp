@@ -17,7 +17,9 @@
 //       [--max-tokens 16384] [--len 64] [--bf16 1] [--iters 20] [--warmup 5] [--threads N]
 //       [--peak-tflops 989] [--cpu 1] [--gemm 0] [--profile FILE] [--profile-steps 2]
 //       [--checkpoint-activations 1] [--workers N --rank R --port P] [--zero-sharding none|os|os_grad]
+//       [--layers L]
 // --checkpoint-activations 1: model.checkpoint_activations (each layer recomputed in backward).
+// --layers L: L encoder and L decoder layers of the architecture's widths (tools/bench/largest_model.sh).
 // --workers N: this process is rank R of N, a Gloo group over TCP with rank 0's store on
 // 127.0.0.1:P (run one process per rank: tools/bench/memory.sh); each rank trains on its own copy
 // of the batch, and --zero-sharding shards the optimizer state (os) and gradients (os_grad) over them.
@@ -190,6 +192,8 @@ int main(int argc, char** argv) {
     m.arch = arch;
     m.share_all_embeddings = true;
     m.checkpoint_activations = bench::flag(argc, argv, "--checkpoint-activations", 0) != 0;
+    if (const int64_t layers = bench::flag(argc, argv, "--layers", 0); layers > 0)
+      m.encoder_layers = m.decoder_layers = layers;  // the architecture's widths, this depth
     model = std::make_shared<models::TransformerModel>(models::resolve_transformer_options(m, config::TaskConfig{}),
                                                        models::Vocabularies{vocab, vocab, 1, true});
   }

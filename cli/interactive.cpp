@@ -5,5 +5,5 @@
 int main(int argc, char** argv) {
   using namespace fairseq_cpp::tasks;
   fairseq_cpp::core::reexec_with_cpu_runtime_settings(argc, argv);
-  return run_program(argc, argv, interactive_spec(), interactive_main);
+  fairseq_cpp::core::exit_without_teardown(run_program(argc, argv, interactive_spec(), interactive_main));
 }

@@ -1,12 +1,14 @@
 #include "fairseq_cpp/core/runtime.h"
 
 #include <dlfcn.h>
+#include <malloc.h>
 #include <sched.h>
 #include <unistd.h>
 
 #include <vector>
 
 #include <algorithm>
+#include <cstdio>
 #include <fstream>
 #include <sstream>
 #include <string>
@@ -55,6 +57,22 @@ std::string allocator_description() {
       mallctl("opt.dirty_decay_ms", &decay, &decay_size, nullptr, 0) != 0)
     return "jemalloc";
   return "jemalloc (narenas " + std::to_string(narenas) + ", dirty_decay_ms " + std::to_string(decay) + ")";
+}
+
+void release_free_memory() {
+  using Mallctl = int (*)(const char*, void*, size_t*, void*, size_t);
+  static const auto mallctl = reinterpret_cast<Mallctl>(dlsym(RTLD_DEFAULT, "mallctl"));
+  if (mallctl == nullptr) {
+    malloc_trim(0);
+    return;
+  }
+  // Every arena (jemalloc's MALLCTL_ARENAS_ALL): its dirty and muzzy pages.
+  mallctl("arena.4096.purge", nullptr, nullptr, nullptr, 0);
+}
+
+void exit_without_teardown(int code) {
+  std::fflush(nullptr);
+  _exit(code);
 }
 
 int available_cores() {

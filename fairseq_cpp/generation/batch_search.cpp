@@ -9,6 +9,7 @@
 #include <thread>
 
 #include <ATen/Parallel.h>
+#include "fairseq_cpp/core/runtime.h"
 #include "fairseq_cpp/core/torch.h"
 
 namespace fairseq_cpp::generation {
@@ -165,6 +166,12 @@ void search_batches(const SequenceGenerator& generator, models::EncoderDecoderMo
                     const std::vector<SearchBatch>& batches, int workers,
                     const std::function<void(size_t, Hypotheses&&)>& done) {
   if (batches.empty()) return;
+  // The next batch's caches are usually larger (fairseq's order: shortest sources first), so the
+  // pages this batch's search freed go back to the system rather than wait for a request they fit.
+  auto finished = [&](size_t i, Hypotheses&& hypotheses) {
+    done(i, std::move(hypotheses));
+    core::release_free_memory();
+  };
   // before any worker starts: generate() then only reads the mode
   model.train(generator.options().retain_dropout);
   std::vector<Part> parts;
@@ -180,7 +187,7 @@ void search_batches(const SequenceGenerator& generator, models::EncoderDecoderMo
   if (workers <= 1 || parts.size() < static_cast<size_t>(workers) || !batches.front().src_tokens.device().is_cpu()) {
     for (size_t i = 0; i < batches.size(); ++i) {
       const SearchBatch& b = batches[i];
-      done(i, generator.generate(model, b.src_tokens, b.src_lengths, b.prefix_tokens, b.constraints));
+      finished(i, generator.generate(model, b.src_tokens, b.src_lengths, b.prefix_tokens, b.constraints));
     }
     return;
   }
@@ -189,7 +196,7 @@ void search_batches(const SequenceGenerator& generator, models::EncoderDecoderMo
   {
     Workers pool(queue);
     for (int w = 0; w < workers; ++w) pool.start([&] { queue.work(generator, model, batches); });
-    for (size_t i = 0; i < batches.size(); ++i) done(i, queue.take(i, batches[i].src_tokens.size(0)));
+    for (size_t i = 0; i < batches.size(); ++i) finished(i, queue.take(i, batches[i].src_tokens.size(0)));
   }
 }
 

@@ -9,6 +9,7 @@
 #include "fairseq_cpp/core/torch.h"
 
 #include "fairseq_cpp/core/errors.h"
+#include "fairseq_cpp/core/runtime.h"
 #include "fairseq_cpp/nn/packed_linear.h"
 
 namespace fairseq_cpp::generation {
@@ -486,6 +487,9 @@ std::vector<std::vector<Hypothesis>> SequenceGenerator::generate(models::Encoder
   if (model.is_training() && !options_.retain_dropout) model.eval();
   const int64_t beam = options_.beam;
   Search s = start(model, src_tokens, src_lengths, prefix_tokens, constraints);
+  // The encoder's freed activations go back to the system before the decoder's caches grow: kept
+  // for reuse (cli/allocator.cpp), they would sit beside the caches until the next batch's encoder.
+  core::release_free_memory();
   for (int64_t step = 0; step <= s.max_len; ++step) {  // one extra step for </s>
     reorder_cache(s);
     at::Tensor lprobs = decode_step(model, s, step);

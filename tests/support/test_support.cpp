@@ -1,6 +1,7 @@
 #include "tests/support/test_support.h"
 
 #include <fcntl.h>
+#include <sys/resource.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -124,9 +125,11 @@ RunResult run(const std::vector<std::string>& argv, const std::map<std::string, 
   if (pid < 0) throw std::runtime_error("fork failed");
   if (pid == 0) exec_with(argv, env, in_path, out_path, err_path);
   int status = 0;
-  waitpid(pid, &status, 0);
+  struct rusage usage {};
+  wait4(pid, &status, 0, &usage);
   RunResult r;
   r.exit_code = decode_status(status);
+  r.peak_rss_kib = usage.ru_maxrss;
   r.out = read_file(out_path);
   r.err = read_file(err_path);
   return r;

@@ -28,6 +28,7 @@ struct RunResult {
   int exit_code = -1;  // the exit status, or 128 + signal
   std::string out;     // standard output
   std::string err;     // standard error
+  long peak_rss_kib = 0;  // the largest resident set of the process and the children it waited for
 };
 
 // Runs `argv` (argv[0] a path) with `env` added to this process's environment (an empty value

@@ -35,6 +35,13 @@ std::string loaded_blas_library() {
   return "";
 }
 
+// jemalloc's control function when the program linked jemalloc (cli/allocator.cpp), else null.
+using Mallctl = int (*)(const char*, void*, size_t*, void*, size_t);
+Mallctl jemalloc_mallctl() {
+  static const auto mallctl = reinterpret_cast<Mallctl>(dlsym(RTLD_DEFAULT, "mallctl"));
+  return mallctl;
+}
+
 }  // namespace
 
 void reexec_with_cpu_runtime_settings(int argc, char** argv) {
@@ -46,8 +53,7 @@ void reexec_with_cpu_runtime_settings(int argc, char** argv) {
 }
 
 std::string allocator_description() {
-  using Mallctl = int (*)(const char*, void*, size_t*, void*, size_t);
-  auto mallctl = reinterpret_cast<Mallctl>(dlsym(RTLD_DEFAULT, "mallctl"));
+  const Mallctl mallctl = jemalloc_mallctl();
   if (mallctl == nullptr) return "glibc malloc";
   unsigned narenas = 0;
   size_t narenas_size = sizeof(narenas);
@@ -60,8 +66,7 @@ std::string allocator_description() {
 }
 
 void release_free_memory() {
-  using Mallctl = int (*)(const char*, void*, size_t*, void*, size_t);
-  static const auto mallctl = reinterpret_cast<Mallctl>(dlsym(RTLD_DEFAULT, "mallctl"));
+  const Mallctl mallctl = jemalloc_mallctl();
   if (mallctl == nullptr) {
     malloc_trim(0);
     return;

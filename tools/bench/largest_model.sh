@@ -44,8 +44,10 @@ cleanup() {
 trap cleanup EXIT
 port=$((29900 + RANDOM % 60))
 
-# try NAME SHARDING CHECKPOINTING LAYERS UPDATES: the workers in a fresh cgroup. Prints "ok PEAK_GIB",
-# "oom PEAK_GIB" (the kernel killed a worker for the cgroup's limit) or fails with the workers' logs.
+# try NAME SHARDING CHECKPOINTING LAYERS UPDATES: the workers in a fresh cgroup. Sets `result` to ok
+# or oom (the kernel killed a worker for the cgroup's limit) and `peak` to the cgroup's peak in GiB,
+# or fails with the workers' logs. Runs in this shell, so that the port moves on and the exit trap
+# sees the cgroup.
 try() {
   local name=$1 sharding=$2 recompute=$3 layers=$4 updates=$5 rank pids=() status=ok
   group=$cgroups/fsq-largest-$$
@@ -79,15 +81,15 @@ try() {
       break
     fi
   done
-  local peak kills
+  local kills
   peak=$(awk '{printf "%.2f", $1 / 2^30}' "$group/memory.max_usage_in_bytes")
   kills=$(awk '$1 == "oom_kill" {print $2}' "$group/memory.oom_control")
   rmdir "$group"
   group=
   if [ "$status" = ok ]; then
-    echo "ok $peak"
+    result=ok
   elif [ "${kills:-0}" -gt 0 ]; then
-    echo "oom $peak"
+    result=oom
   else
     for rank in $(seq 0 $((workers - 1))); do echo "--- rank $rank:" >&2; tail -5 "$work/$name-$rank.log" >&2; done
     fail "$name: a worker failed, not for memory" 1
@@ -103,9 +105,9 @@ steps, states, peaks = [], [], []
 for rank in range(n):
     text = open(f"{prefix}-{rank}").read()
     steps.append(float(text.split("\n")[0].split()[4]) / 1000)
-    m = re.search(r"model state ([\d.]+) \(weights ([\d.]+).*peak RSS ([\d.]+)", text)
+    m = re.search(r"model state ([\d.]+) .*peak RSS ([\d.]+)", text)
     states.append(float(m.group(1)))
-    peaks.append(float(m.group(3)))
+    peaks.append(float(m.group(2)))
 print(f"{max(steps):.1f} {max(states):.2f} {max(peaks):.2f}")
 PY
 }
@@ -122,8 +124,10 @@ cpu=$(sed -n 's/^model name[[:space:]]*: //p' /proc/cpuinfo | head -1)
 rows=()
 for s in "${settings[@]}"; do
   sharding=${s%:*} recompute=${s#*:}
-  read -r r1 p1 < <(try "$s-probe1" "$sharding" "$recompute" 1 1)
-  read -r r2 p2 < <(try "$s-probe2" "$sharding" "$recompute" 2 1)
+  try "$s-probe1" "$sharding" "$recompute" 1 1
+  r1=$result p1=$peak
+  try "$s-probe2" "$sharding" "$recompute" 2 1
+  r2=$result p2=$peak
   if [ "$r1" != ok ] || [ "$r2" != ok ]; then
     fail "$s: the probes of 1 and 2 layers need more than $limit_gib GiB ($r1 $p1, $r2 $p2)" 1
   fi
@@ -131,7 +135,7 @@ for s in "${settings[@]}"; do
   echo "largest_model: $s: the cgroup's peak is $p1 GiB at 1 layer, $p2 at 2: $guess layers predicted" >&2
   layers=$guess fits='' over='' fits_peak='' over_peak=''
   while [ -z "$fits" ] || [ -z "$over" ]; do
-    read -r result peak < <(try "$s-$layers" "$sharding" "$recompute" "$layers" "$iters")
+    try "$s-$layers" "$sharding" "$recompute" "$layers" "$iters"
     echo "largest_model: $s: $layers layers: $result (the cgroup's peak $peak GiB)" >&2
     if [ "$result" = ok ]; then
       fits=$layers fits_peak=$peak

@@ -6,6 +6,7 @@
 #include <gtest/gtest.h>
 
 #include <filesystem>
+#include <fstream>
 #include <iostream>
 #include <regex>
 #include <sstream>
@@ -25,7 +26,7 @@ namespace {
 const int kHosts = 2;
 const std::string kSubnet = "10.213.77";  // tools/netns/hosts.sh's default
 const int kStorePort = 29511;             // free in a fresh namespace
-const int kElasticUpdates = 900;          // about 15 s: a host leaves and comes back within the first ~100
+const int kElasticUpdates = 120;          // a host leaves at update 20, comes back about 10 updates later
 
 std::string hosts_tool() { return source_dir() + "/tools/netns/hosts.sh"; }
 std::string host_name(int i) { return fmt::format("fsqh{}", i); }
@@ -430,6 +431,29 @@ std::vector<std::string> torchrun_on(int i, const std::string& nnodes, int per_h
 
 class MultinodeTorchrun : public Multinode, public ::testing::WithParamInterface<int> {};
 
+// The pid of the one fairseq-cpp-train process on test host `i`, or -1 (none, or several).
+int trainer_on(int i) {
+  std::istringstream pids(run({"/usr/bin/ip", "netns", "pids", host_name(i)}).out);
+  int found = -1, n = 0;
+  for (int pid; pids >> pid;) {
+    std::error_code error;
+    const auto exe = std::filesystem::read_symlink(fmt::format("/proc/{}/exe", pid), error).filename().string();
+    if (!error && exe.rfind("fairseq-cpp-train", 0) == 0) found = pid, ++n;
+  }
+  return n == 1 ? found : -1;
+}
+
+// Whether `signal` waits, undelivered, for process `pid` (its SigPnd or ShdPnd in /proc).
+bool pending(int pid, int signal) {
+  std::ifstream in(fmt::format("/proc/{}/status", pid));
+  const uint64_t bit = uint64_t{1} << (signal - 1);
+  for (std::string line; std::getline(in, line);)
+    if ((line.rfind("SigPnd:", 0) == 0 || line.rfind("ShdPnd:", 0) == 0) &&
+        (std::stoull(line.substr(7), nullptr, 16) & bit))
+      return true;
+  return false;
+}
+
 TEST_P(MultinodeTorchrun, OneAgentPerHostTrainsAsOneWorkerWithTheSameGlobalBatch) {
   // 2 hosts x N workers under torchrun --nnodes=2 give the parameters of one worker with update_freq 2N.
   const int per_host = GetParam(), world = kHosts * per_host, updates = 12;
@@ -506,8 +530,19 @@ TEST_F(Multinode, ElasticTorchrunLosesAHostGoesOnAloneWithTheSameGlobalBatchAndG
   const int alone_updates_before = count(host0->err(), "[train_inner]");
   ASSERT_TRUE(wait_for_updates(*host0, alone_updates_before + 5)) << host0->err();
 
-  // Host 1 is back: the group grows to 2 again.
+  // Host 1 is back: the group grows to 2 again. Host 0's worker waits, stopped, until its agent has
+  // asked it to stop (SIGTERM pending), so that the regrowth comes at the same update however slow
+  // host 1's agent is to start, and the run can be short.
+  const int alone_worker = trainer_on(0);
+  ASSERT_GT(alone_worker, 0) << "not one trainer on host 0";
+  ASSERT_EQ(kill(alone_worker, SIGSTOP), 0);
   host1 = agent(1);
+  bool asked = false;
+  for (int i = 0; i < 1200 && !(asked = pending(alone_worker, SIGTERM)); ++i) usleep(100000);
+  ASSERT_EQ(kill(alone_worker, SIGCONT), 0);
+  ASSERT_TRUE(asked) << "host 0's agent did not stop its worker within 2 minutes of host 1's return:\n"
+                     << without_updates(host0->err()) << "host 1:\n"
+                     << without_updates(host1->err());
   ASSERT_EQ(host0->wait(300), 0) << without_updates(host0->err()) << "host 1:\n" << without_updates(host1->err());
   ASSERT_EQ(host1->wait(60), 0) << without_updates(host1->err());
   EXPECT_NE(host0->err().find("stop signal received: saving checkpoint_last"), std::string::npos) << host0->err();

@@ -86,7 +86,8 @@ def line_pair(rng):
         return sentence(rng, rng.randint(1, 5)), ""  # empty reference
     if r < 0.08:
         return "", ""
-    length = rng.randint(150, 300) if r < 0.1 else rng.randint(1, 25)  # some very long lines
+    # Some very long lines: longer than TER's beam (25 words) and its largest shift distance (50).
+    length = rng.randint(60, 150) if r < 0.1 else rng.randint(1, 25)
     ref = sentence(rng, length)
     hyp = perturb(rng, ref) if rng.random() < 0.85 else sentence(rng, rng.randint(1, 25))
     if rng.random() < 0.1:

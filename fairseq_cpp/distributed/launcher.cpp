@@ -9,9 +9,11 @@
 
 #include <algorithm>
 #include <cerrno>
+#include <cstdlib>
 #include <cstring>
 #include <map>
 #include <memory>
+#include <string_view>
 
 #include <fmt/format.h>
 
@@ -72,8 +74,22 @@ void drain(Child& c, int& fd, std::string& partial, int to_fd) {
   }
 }
 
-[[noreturn]] void exec_child(const Topology& t, const std::vector<std::string>& argv, int local, pid_t parent,
-                             int out_fd, int err_fd) {
+// The launcher's own descriptors, which a forked worker closes (exec would: they are O_CLOEXEC).
+void close_all(const std::vector<int>& fds) {
+  for (int fd : fds)
+    if (fd >= 0) close(fd);
+}
+
+// Re-executed workers unless `rerun` may run in a fork here (LaunchOptions::rerun).
+bool fork_in_place(const LaunchOptions& options) {
+  const char* how = std::getenv("FSQ_SPAWN");
+  return options.rerun && !(how != nullptr && std::string_view(how) == "exec");
+}
+
+// In the child: its rank's environment and output, then the program again, forked or re-executed.
+[[noreturn]] void start_child(const Topology& t, const std::vector<std::string>& argv, int local, pid_t parent,
+                              int out_fd, int err_fd, const std::vector<int>& launcher_fds,
+                              const LaunchOptions& options) {
   // Die with the parent, so that no worker outlives a killed launcher.
   prctl(PR_SET_PDEATHSIG, SIGKILL);
   if (getppid() != parent) _exit(1);
@@ -93,6 +109,12 @@ void drain(Child& c, int& fd, std::string& partial, int to_fd) {
   setenv("LOCAL_WORLD_SIZE", std::to_string(t.spawn).c_str(), 1);
   // Spinning idle threads slow down neighbours on a shared machine (LIBTORCH.md, trap 2).
   core::set_cpu_runtime_settings();
+  if (fork_in_place(options)) {
+    close_all(launcher_fds);
+    const int code = options.rerun();
+    std::fflush(nullptr);
+    _exit(code);
+  }
   std::vector<char*> args;
   for (const auto& a : argv) args.push_back(const_cast<char*>(a.c_str()));
   args.push_back(nullptr);
@@ -110,21 +132,26 @@ std::string describe_exit(const Child& c) {
 
 bool failed(const Child& c) { return WIFSIGNALED(c.status) || WEXITSTATUS(c.status) != 0; }
 
-// Forks and re-executes the `t.spawn` workers, their output through pipes with `prefix_output`.
-std::vector<Child> start_children(const Topology& t, const std::vector<std::string>& argv, bool prefix_output) {
+// Forks the `t.spawn` workers, their output through pipes with `options.prefix_output`.
+std::vector<Child> start_children(const Topology& t, const std::vector<std::string>& argv,
+                                  const LaunchOptions& options) {
   std::vector<Child> children(t.spawn);
   pid_t parent = getpid();
+  std::vector<int> launcher_fds{g_signal_pipe[0], g_signal_pipe[1]};
   for (int local = 0; local < t.spawn; ++local) {
     Child& c = children[local];
     c.rank = t.rank + local;
     int out[2] = {-1, -1}, err[2] = {-1, -1};
-    if (prefix_output && (pipe2(out, O_CLOEXEC) != 0 || pipe2(err, O_CLOEXEC) != 0))
+    if (options.prefix_output && (pipe2(out, O_CLOEXEC) != 0 || pipe2(err, O_CLOEXEC) != 0))
       raise<OperationalError>("cannot create a pipe: {}", std::strerror(errno));
+    launcher_fds.insert(launcher_fds.end(), {out[0], out[1], err[0], err[1]});
     std::fflush(nullptr);
     c.pid = fork();
     if (c.pid < 0) raise<OperationalError>("cannot fork worker {}: {}", c.rank, std::strerror(errno));
-    if (c.pid == 0) exec_child(t, argv, local, parent, out[1], err[1]);
-    if (prefix_output) {
+    if (c.pid == 0) start_child(t, argv, local, parent, out[1], err[1], launcher_fds, options);
+    launcher_fds.resize(launcher_fds.size() - 4);
+    launcher_fds.insert(launcher_fds.end(), {out[0], err[0]});  // the parent's ends, kept
+    if (options.prefix_output) {
       close(out[1]);
       close(err[1]);
       c.out_fd = out[0];
@@ -230,8 +257,9 @@ int spawn_and_supervise(const Topology& t, const std::vector<std::string>& argv,
     sa.sa_flags = SA_RESTART;
     sigaction(s, &sa, &previous[s]);
   }
-  log::info("launcher", "starting {} worker processes: {}", t.spawn, t.describe());
-  std::vector<Child> children = start_children(t, argv, options.prefix_output);
+  log::info("launcher", "starting {} worker processes ({}): {}", t.spawn,
+            fork_in_place(options) ? "forked" : "re-executed", t.describe());
+  std::vector<Child> children = start_children(t, argv, options);
   Supervisor supervisor(children, options.grace_seconds);
   while (supervisor.busy()) {
     supervisor.relay();

@@ -1,9 +1,10 @@
 #pragma once
 // Starting the workers of a topology (fairseq's cli_main, three modes in one function):
-// - spawn: re-executes this program (/proc/self/exe, same argv) once per local rank with the rank
-//   in the environment, and supervises the children: SIGINT/SIGTERM/SIGUSR1 are forwarded; when
-//   one child fails, the others get SIGTERM, then SIGKILL after a grace period, and the parent
-//   fails naming the rank and its exit status or signal;
+// - spawn: starts this program once per local rank with the rank in the environment (forked,
+//   running `LaunchOptions::rerun`, where that is set; else re-executed, /proc/self/exe with the
+//   same argv), and supervises the children: SIGINT/SIGTERM/SIGUSR1 are forwarded; when one child
+//   fails, the others get SIGTERM, then SIGKILL after a grace period, and the parent fails naming
+//   the rank and its exit status or signal;
 // - a worker of a multi-process job joins the process group and runs the body;
 // - a single process runs the body with a FakeGang of size 1.
 //
@@ -26,6 +27,13 @@ struct LaunchOptions {
   // The network interface(s) Gloo binds (distributed_training.socket_ifname, comma-separated);
   // empty = GLOO_SOCKET_IFNAME, else the interface of the route to the master.
   std::string socket_ifname;
+  // The program again, from its command line, as a re-executed worker would run it (it reads its
+  // rank from the environment). When set, each spawned worker is this process forked, which calls
+  // rerun() and exits with its code: no second start of LibTorch (0.7 s of CPU with Debian's, 290
+  // libraries and the operator registry). Leave it empty where a fork cannot compute: after this
+  // process initialized CUDA (the driver does not survive a fork) or ran a parallel region
+  // (libgomp's threads do not). FSQ_SPAWN=exec in the environment re-executes all the same.
+  std::function<int()> rerun;
 };
 
 // A worker exited with a failure: `exit_code()` is the worker's own code (1 for a signal).

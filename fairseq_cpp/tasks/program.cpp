@@ -63,6 +63,13 @@ int run_program(int argc, char** argv, const config::ProgramSpec& spec, const Pr
   });
 }
 
+int run_program(const std::vector<std::string>& argv, const config::ProgramSpec& spec, const ProgramBody& body) {
+  std::vector<char*> args;
+  for (const auto& a : argv) args.push_back(const_cast<char*>(a.c_str()));
+  args.push_back(nullptr);
+  return run_program(static_cast<int>(argv.size()), args.data(), spec, body);
+}
+
 std::optional<int> answer_without_running(int argc, char** argv, const config::ProgramSpec& spec) {
   std::optional<int> answered;
   const int code = core::guarded_main(spec.name, [&]() -> int {

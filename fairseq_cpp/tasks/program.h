@@ -22,6 +22,8 @@ struct Invocation {
 using ProgramBody = std::function<int(const Invocation&)>;
 
 int run_program(int argc, char** argv, const config::ProgramSpec& spec, const ProgramBody& body);
+// The same from an Invocation's argv: a forked worker runs its program again (LaunchOptions::rerun).
+int run_program(const std::vector<std::string>& argv, const config::ProgramSpec& spec, const ProgramBody& body);
 
 // What run_program does before the body, alone: answers --help and --dump-config, and refuses a
 // bad command line or config with run_program's messages; returns the exit code then, or nullopt

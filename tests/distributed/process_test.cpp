@@ -37,7 +37,7 @@ TEST(Processes, SpawnedTwoAndFourRanksPassTheSuite) {
     EXPECT_EQ(r.exit_code, 0) << r.out << r.err;
     for (int rank = 0; rank < n; ++rank)
       EXPECT_EQ(count(r.out, fmt::format("rank {}/{}: collectives ok", rank, n)), 1) << r.out << r.err;
-    EXPECT_NE(r.err.find(fmt::format("[launcher] starting {} worker processes: mode=local-spawn", n)),
+    EXPECT_NE(r.err.find(fmt::format("[launcher] starting {} worker processes (re-executed): mode=local-spawn", n)),
               std::string::npos)
         << r.err;
   }

@@ -98,10 +98,11 @@ checkpoint:
     return work_.write(fmt::format("cfg-{}.yaml", counter_++), yaml);
   }
 
-  RunResult train(const std::string& cfg, std::vector<std::string> overrides = {}) {
+  RunResult train(const std::string& cfg, std::vector<std::string> overrides = {},
+                  const std::map<std::string, std::string>& env = {}) {
     std::vector<std::string> argv{program("fairseq-cpp-train"), cfg};
     argv.insert(argv.end(), overrides.begin(), overrides.end());
-    return run(argv);
+    return run(argv, env);
   }
 
   static checkpoint::TensorDict parameters(const std::string& save_dir) {

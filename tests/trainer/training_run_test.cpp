@@ -52,6 +52,25 @@ TEST_F(TrainingRun, FourByOneEqualsTwoByTwoEqualsOneByFour) {
   EXPECT_LT(max_relative_difference(parameters(b), parameters(c)), 1e-5);
 }
 
+TEST_F(TrainingRun, ForkedAndReExecutedWorkersTrainTheSameParametersToTheBit) {
+  // On a machine without CUDA, the spawned workers are forks of the launching program, which runs
+  // itself again in place (no second start of LibTorch); FSQ_SPAWN=exec re-executes them, as on
+  // a GPU machine. With dropout, the two runs end with the same bits.
+  std::string forked = work_.path() + "/forked", executed = work_.path() + "/executed";
+  auto rf = train(config(forked, 2, 1, 8, "", 0.1));
+  ASSERT_EQ(rf.exit_code, 0) << rf.err;
+  EXPECT_NE(rf.err.find("[launcher] starting 2 worker processes (forked): mode=local-spawn"), std::string::npos)
+      << rf.err;
+  auto re = train(config(executed, 2, 1, 8, "", 0.1), {}, {{"FSQ_SPAWN", "exec"}});
+  ASSERT_EQ(re.exit_code, 0) << re.err;
+  EXPECT_NE(re.err.find("[launcher] starting 2 worker processes (re-executed): mode=local-spawn"), std::string::npos)
+      << re.err;
+  auto pf = parameters(forked), pe = parameters(executed);
+  ASSERT_EQ(pf.size(), pe.size());
+  for (const auto& item : pf) EXPECT_TRUE(torch::equal(item.value(), pe.at(item.key()))) << item.key();
+  EXPECT_EQ(inner_logs(rf.err).size(), 8u);
+}
+
 TEST_F(TrainingRun, ResumeIsBitExact) {
   // With dropout, mid-epoch (14 batches an epoch): 40 straight vs 20, stop, resume, 20 more.
   std::string straight = work_.path() + "/straight", resumed = work_.path() + "/resumed";

@@ -24,6 +24,7 @@ shift $(($# < 6 ? $# : 6))
 settings=("$@")
 [ ${#settings[@]} -gt 0 ] || settings=(none:0 os_grad:1)
 bench="$build/tools/bench/fsq_bench_train_step"
+cmake --build "$build" --target fsq_bench_train_step >/dev/null  # built by default only with LibTorch 2.x
 cgroups=/sys/fs/cgroup/memory
 fail() { echo "largest_model: $1" >&2; exit "${2:-2}"; }
 [ -x "$bench" ] || fail "$bench is missing: build the project first (tools/setup.sh)"

@@ -303,11 +303,11 @@ gtests() {
   head -10 <<<"$failures"
 }
 late_test='*AMissingBucketAllReduceNamesItself/cuda'
+others=()  # every test program but the GPU suite
+for t in "$build"/tests/fsq_*_tests; do [ "$(basename "$t")" != fsq_gpu_tests ] && others+=("$t"); done
 if ! want tests; then
   :
 elif [ "$prebuilt" = 1 ]; then
-  others=()
-  for t in "$build"/tests/fsq_*_tests; do [ "$(basename "$t")" != fsq_gpu_tests ] && others+=("$t"); done
   if [ "$gpu" != none ]; then
     gtests gpu '*' "$build/tests/fsq_gpu_tests"
     # Devices/Suite.Test/cuda, Variants/...Test/postnorm_cuda; the one that has taken minutes on
@@ -318,9 +318,10 @@ elif [ "$prebuilt" = 1 ]; then
     gtests cpu-instances '*/cpu:*_cpu' "${others[@]}"  # the same runner, on the CPU twins
   fi
 elif [ "$gpu" != none ]; then
-  # Built here: CTest knows the CUDA instances (their CPU twins ran in CI).
+  # Built here: CTest has one test per executable, so the CUDA instances (their CPU twins ran in
+  # CI) go through the prebuilt tests' runner, by their names.
   tests gpu -L gpu
-  tests cuda -R '[/_]cuda( |$)'
+  gtests cuda '*/cuda:*_cuda' "${others[@]}"
 else
   note "tests (gpu)" "not run: no GPU here (fsq_gpu_tests fail without CUDA, by design)"
   tests unit -L unit

@@ -107,13 +107,18 @@ bool fork_in_place(const LaunchOptions& options) {
   setenv("RANK", std::to_string(t.rank + local).c_str(), 1);
   setenv("LOCAL_RANK", std::to_string(local).c_str(), 1);
   setenv("LOCAL_WORLD_SIZE", std::to_string(t.spawn).c_str(), 1);
-  // Spinning idle threads slow down neighbours on a shared machine (LIBTORCH.md, trap 2).
+  // Spinning idle threads slow down neighbours on a shared machine (LIBTORCH.md, trap 2). For the
+  // re-executed program: a fork keeps the libraries that read them, loaded with the launcher's.
   core::set_cpu_runtime_settings();
   if (fork_in_place(options)) {
     close_all(launcher_fds);
-    const int code = options.rerun();
-    std::fflush(nullptr);
-    _exit(code);
+    int code = 1;
+    try {
+      code = options.rerun();
+    } catch (...) {  // never unwind into the launcher's frames, which this copy of them must not run
+      fmt::print(stderr, "worker {}: an unknown exception ended it\n", t.rank + local);
+    }
+    std::exit(code);  // as the re-executed program's return from main: static destructors, leak checks
   }
   std::vector<char*> args;
   for (const auto& a : argv) args.push_back(const_cast<char*>(a.c_str()));

@@ -55,13 +55,17 @@ TEST_F(TrainingRun, FourByOneEqualsTwoByTwoEqualsOneByFour) {
 TEST_F(TrainingRun, ForkedAndReExecutedWorkersTrainTheSameParametersToTheBit) {
   // On a machine without CUDA, the spawned workers are forks of the launching program, which runs
   // itself again in place (no second start of LibTorch); FSQ_SPAWN=exec re-executes them, as on
-  // a GPU machine. With dropout, the two runs end with the same bits.
+  // a GPU machine. With dropout, two intra-op threads a worker and each rank's output through the
+  // launcher's pipes, the two runs end with the same bits.
   std::string forked = work_.path() + "/forked", executed = work_.path() + "/executed";
-  auto rf = train(config(forked, 2, 1, 8, "", 0.1));
+  const std::vector<std::string> settings{"common.cpu_threads=2", "common.log_all_ranks=true"};
+  auto rf = train(config(forked, 2, 1, 8, "", 0.1), settings);
   ASSERT_EQ(rf.exit_code, 0) << rf.err;
   EXPECT_NE(rf.err.find("[launcher] starting 2 worker processes (forked): mode=local-spawn"), std::string::npos)
       << rf.err;
-  auto re = train(config(executed, 2, 1, 8, "", 0.1), {}, {{"FSQ_SPAWN", "exec"}});
+  EXPECT_NE(rf.err.find("[rank 1] "), std::string::npos) << rf.err;
+  EXPECT_NE(rf.err.find("[runtime] 2 intra-op CPU threads"), std::string::npos) << rf.err;
+  auto re = train(config(executed, 2, 1, 8, "", 0.1), settings, {{"FSQ_SPAWN", "exec"}});
   ASSERT_EQ(re.exit_code, 0) << re.err;
   EXPECT_NE(re.err.find("[launcher] starting 2 worker processes (re-executed): mode=local-spawn"), std::string::npos)
       << re.err;

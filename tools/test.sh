@@ -69,9 +69,10 @@ for lane in "${lanes[@]}"; do
   # GoogleTest's skips (a CPU without AVX-512 VNNI skips the int8 kernel's tests) are inside the
   # executables' output, which CTest shows only on failure: name them here, with their reasons.
   log=$build_dir/Testing/Temporary/LastTest.log
-  if [ -f "$log" ] && grep -q '^\[  SKIPPED \] .* ([0-9]* ms)$' "$log"; then
+  skip='^\[  SKIPPED \] .* ([0-9]* ms)$'  # a test's end line; the reason is the line before
+  if [ -f "$log" ] && grep -q "$skip" "$log"; then
     echo "test: skipped in the $lane lane on this machine:"
-    grep -B1 '^\[  SKIPPED \] .* ([0-9]* ms)$' "$log" | grep -v '^--$' | paste - - | sort -u |
+    grep -B1 "$skip" "$log" | grep -v '^--$' | paste - - | sort -u |
       sed -E 's/^(.*)\t\[  SKIPPED \] ([^ ]+) .*/  \2: \1/'
   fi
   echo "test: $lane lane tested after $(($(date +%s) - start)) s"

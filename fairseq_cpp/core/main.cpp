@@ -19,6 +19,13 @@ void print_error(const std::string& program, const std::string& message) {
 
 }  // namespace
 
+std::vector<char*> c_argv(const std::vector<std::string>& args) {
+  std::vector<char*> out;
+  for (const auto& a : args) out.push_back(const_cast<char*>(a.c_str()));
+  out.push_back(nullptr);
+  return out;
+}
+
 int guarded_main(const std::string& program, const std::function<int()>& body) {
   try {
     return body();

@@ -5,9 +5,13 @@
 
 #include <functional>
 #include <string>
+#include <vector>
 
 namespace fairseq_cpp::core {
 
 int guarded_main(const std::string& program, const std::function<int()>& body);
+
+// `args` as main() and execv() take them: pointers into the strings, then a null pointer.
+std::vector<char*> c_argv(const std::vector<std::string>& args);
 
 }  // namespace fairseq_cpp::core

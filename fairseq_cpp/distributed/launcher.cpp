@@ -18,6 +18,7 @@
 #include <fmt/format.h>
 
 #include "fairseq_cpp/core/logging.h"
+#include "fairseq_cpp/core/main.h"
 #include "fairseq_cpp/core/meters.h"
 #include "fairseq_cpp/core/runtime.h"
 #include "fairseq_cpp/distributed/distributed_utils.h"
@@ -80,16 +81,17 @@ void close_all(const std::vector<int>& fds) {
     if (fd >= 0) close(fd);
 }
 
-// Re-executed workers unless `rerun` may run in a fork here (LaunchOptions::rerun).
+// Forked workers where `rerun` is set (LaunchOptions::rerun) and FSQ_SPAWN is not "exec".
 bool fork_in_place(const LaunchOptions& options) {
   const char* how = std::getenv("FSQ_SPAWN");
   return options.rerun && !(how != nullptr && std::string_view(how) == "exec");
 }
 
-// In the child: its rank's environment and output, then the program again, forked or re-executed.
+// In the child: its rank's environment and output, then the program again: `rerun` in this fork
+// where it is set, else re-executed.
 [[noreturn]] void start_child(const Topology& t, const std::vector<std::string>& argv, int local, pid_t parent,
                               int out_fd, int err_fd, const std::vector<int>& launcher_fds,
-                              const LaunchOptions& options) {
+                              const std::function<int()>& rerun) {
   // Die with the parent, so that no worker outlives a killed launcher.
   prctl(PR_SET_PDEATHSIG, SIGKILL);
   if (getppid() != parent) _exit(1);
@@ -110,19 +112,17 @@ bool fork_in_place(const LaunchOptions& options) {
   // Spinning idle threads slow down neighbours on a shared machine (LIBTORCH.md, trap 2). For the
   // re-executed program: a fork keeps the libraries that read them, loaded with the launcher's.
   core::set_cpu_runtime_settings();
-  if (fork_in_place(options)) {
+  if (rerun) {
     close_all(launcher_fds);
     int code = 1;
     try {
-      code = options.rerun();
+      code = rerun();
     } catch (...) {  // never unwind into the launcher's frames, which this copy of them must not run
       fmt::print(stderr, "worker {}: an unknown exception ended it\n", t.rank + local);
     }
     std::exit(code);  // as the re-executed program's return from main: static destructors, leak checks
   }
-  std::vector<char*> args;
-  for (const auto& a : argv) args.push_back(const_cast<char*>(a.c_str()));
-  args.push_back(nullptr);
+  std::vector<char*> args = core::c_argv(argv);
   execv("/proc/self/exe", args.data());
   fmt::print(stderr, "cannot re-execute /proc/self/exe: {}\n", std::strerror(errno));
   _exit(127);
@@ -137,26 +137,29 @@ std::string describe_exit(const Child& c) {
 
 bool failed(const Child& c) { return WIFSIGNALED(c.status) || WEXITSTATUS(c.status) != 0; }
 
-// Forks the `t.spawn` workers, their output through pipes with `options.prefix_output`.
-std::vector<Child> start_children(const Topology& t, const std::vector<std::string>& argv,
-                                  const LaunchOptions& options) {
+// Forks the `t.spawn` workers, their output through pipes with `prefix_output`; each runs `rerun`
+// in place where that is set, else re-executes this program.
+std::vector<Child> start_children(const Topology& t, const std::vector<std::string>& argv, bool prefix_output,
+                                  const std::function<int()>& rerun) {
   std::vector<Child> children(t.spawn);
   pid_t parent = getpid();
-  std::vector<int> launcher_fds{g_signal_pipe[0], g_signal_pipe[1]};
   for (int local = 0; local < t.spawn; ++local) {
     Child& c = children[local];
     c.rank = t.rank + local;
     int out[2] = {-1, -1}, err[2] = {-1, -1};
-    if (options.prefix_output && (pipe2(out, O_CLOEXEC) != 0 || pipe2(err, O_CLOEXEC) != 0))
+    if (prefix_output && (pipe2(out, O_CLOEXEC) != 0 || pipe2(err, O_CLOEXEC) != 0))
       raise<OperationalError>("cannot create a pipe: {}", std::strerror(errno));
-    launcher_fds.insert(launcher_fds.end(), {out[0], out[1], err[0], err[1]});
     std::fflush(nullptr);
     c.pid = fork();
     if (c.pid < 0) raise<OperationalError>("cannot fork worker {}: {}", c.rank, std::strerror(errno));
-    if (c.pid == 0) start_child(t, argv, local, parent, out[1], err[1], launcher_fds, options);
-    launcher_fds.resize(launcher_fds.size() - 4);
-    launcher_fds.insert(launcher_fds.end(), {out[0], err[0]});  // the parent's ends, kept
-    if (options.prefix_output) {
+    if (c.pid == 0) {
+      // The launcher's descriptors in this copy: the signal pipe, this worker's pipes (after their
+      // dup2 onto stdout and stderr) and the earlier workers' read ends.
+      std::vector<int> inherited{g_signal_pipe[0], g_signal_pipe[1], out[0], out[1], err[0], err[1]};
+      for (int j = 0; j < local; ++j) inherited.insert(inherited.end(), {children[j].out_fd, children[j].err_fd});
+      start_child(t, argv, local, parent, out[1], err[1], inherited, rerun);
+    }
+    if (prefix_output) {
       close(out[1]);
       close(err[1]);
       c.out_fd = out[0];
@@ -262,9 +265,11 @@ int spawn_and_supervise(const Topology& t, const std::vector<std::string>& argv,
     sa.sa_flags = SA_RESTART;
     sigaction(s, &sa, &previous[s]);
   }
-  log::info("launcher", "starting {} worker processes ({}): {}", t.spawn,
-            fork_in_place(options) ? "forked" : "re-executed", t.describe());
-  std::vector<Child> children = start_children(t, argv, options);
+  const bool forked = fork_in_place(options);
+  log::info("launcher", "starting {} worker processes ({}): {}", t.spawn, forked ? "forked" : "re-executed",
+            t.describe());
+  std::vector<Child> children =
+      start_children(t, argv, options.prefix_output, forked ? options.rerun : std::function<int()>());
   Supervisor supervisor(children, options.grace_seconds);
   while (supervisor.busy()) {
     supervisor.relay();

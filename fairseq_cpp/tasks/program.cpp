@@ -64,9 +64,7 @@ int run_program(int argc, char** argv, const config::ProgramSpec& spec, const Pr
 }
 
 int run_program(const std::vector<std::string>& argv, const config::ProgramSpec& spec, const ProgramBody& body) {
-  std::vector<char*> args;
-  for (const auto& a : argv) args.push_back(const_cast<char*>(a.c_str()));
-  args.push_back(nullptr);
+  std::vector<char*> args = core::c_argv(argv);
   return run_program(static_cast<int>(argv.size()), args.data(), spec, body);
 }
 

@@ -24,10 +24,10 @@ shift $(($# < 6 ? $# : 6))
 settings=("$@")
 [ ${#settings[@]} -gt 0 ] || settings=(none:0 os_grad:1)
 bench="$build/tools/bench/fsq_bench_train_step"
-cmake --build "$build" --target fsq_bench_train_step >/dev/null  # built by default only with LibTorch 2.x
 cgroups=/sys/fs/cgroup/memory
 fail() { echo "largest_model: $1" >&2; exit "${2:-2}"; }
-[ -x "$bench" ] || fail "$bench is missing: build the project first (tools/setup.sh)"
+# Built by default only with LibTorch 2.x: built here on demand.
+cmake --build "$build" --target fsq_bench_train_step >/dev/null || fail "cannot build $bench: configure the project first (tools/setup.sh)"
 case "$precision" in fp32 | bf16) ;; *) fail "PRECISION is fp32 or bf16, not \`$precision'" ;; esac
 [ -w "$cgroups" ] || fail "needs cgroup v1's memory controller at $cgroups, writable (run as root)"
 for s in "${settings[@]}"; do

@@ -21,8 +21,9 @@ workers=${4:-2}
 iters=${5:-2}
 read -r -a recomputes <<<"${6:-0 1}"
 bench="$build/tools/bench/fsq_bench_train_step"
-cmake --build "$build" --target fsq_bench_train_step >/dev/null  # built by default only with LibTorch 2.x
-[ -x "$bench" ] || { echo "memory: $bench is missing: build the project first (tools/setup.sh)" >&2; exit 2; }
+# Built by default only with LibTorch 2.x: built here on demand.
+cmake --build "$build" --target fsq_bench_train_step >/dev/null ||
+  { echo "memory: cannot build $bench: configure the project first (tools/setup.sh)" >&2; exit 2; }
 case "$precision" in fp32 | bf16) ;; *) echo "memory: PRECISION is fp32 or bf16, not \`$precision'" >&2; exit 2 ;; esac
 [ "$workers" -ge 1 ] 2>/dev/null || { echo "memory: WORKERS is a number of workers, not \`$workers'" >&2; exit 2; }
 threads=$(($(nproc) / workers))

@@ -1,5 +1,7 @@
 #include "fairseq_cpp/core/runtime.h"
 
+#include <atomic>
+
 #include <dlfcn.h>
 #include <malloc.h>
 #include <sched.h>
@@ -87,9 +89,24 @@ int available_cores() {
   return std::max(1, static_cast<int>(at::get_num_interop_threads()));
 }
 
+namespace {
+std::atomic<bool> avx2_kernels_only{false};
+}  // namespace
+
+void use_avx2_kernels_only(bool only) { avx2_kernels_only = only; }
+
 bool cpu_has_avx512f() {
 #ifdef FSQ_AVX512_KERNELS
   static const bool yes = __builtin_cpu_supports("avx512f");
+  return yes && !avx2_kernels_only.load(std::memory_order_relaxed);
+#else
+  return false;
+#endif
+}
+
+bool cpu_has_avx2_fma() {
+#ifdef FSQ_AVX512_KERNELS
+  static const bool yes = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma");
   return yes;
 #else
   return false;

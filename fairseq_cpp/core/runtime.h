@@ -65,6 +65,12 @@ int available_cores();
 // Whether this CPU runs AVX-512F (x86-64 with GCC or Clang; false elsewhere): the packed GEMM,
 // the vectorized log_softmax and the one-pass beam candidates use it, else LibTorch's operators.
 bool cpu_has_avx512f();
+// Whether this CPU runs AVX2 with FMA (x86-64 with GCC or Clang; false elsewhere): the packed
+// GEMM and the beam candidates' scan have AVX2 forms for CPUs without AVX-512F.
+bool cpu_has_avx2_fma();
+// Tests: while set, cpu_has_avx512f() answers false, so that the AVX2 forms of the kernels run on
+// a CPU that has AVX-512F as well (process-wide).
+void use_avx2_kernels_only(bool only);
 
 // Whether this CPU multiplies bf16 in hardware (AVX512_BF16 or AMX-BF16, from /proc/cpuinfo's
 // flags): without either, LibTorch's bf16 products run slower than float32's.

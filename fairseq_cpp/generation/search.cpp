@@ -69,6 +69,24 @@ __attribute__((target("avx512f"))) int64_t scan_avx512(const float* row, float s
   }
   return j;
 }
+
+// The same 8 at a time, for CPUs with AVX2 (no AVX-512F).
+__attribute__((target("avx2"))) int64_t scan_avx2(const float* row, float shift, int64_t from, int64_t to, int64_t base,
+                                                  TopK& top) {
+  const __m256 add = _mm256_set1_ps(shift);
+  int64_t j = from;
+  for (; j + 8 <= to; j += 8) {
+    const __m256 sums = _mm256_add_ps(_mm256_loadu_ps(row + j), add);
+    auto above =
+        static_cast<unsigned>(_mm256_movemask_ps(_mm256_cmp_ps(sums, _mm256_set1_ps(top.threshold()), _CMP_NLE_UQ)));
+    while (above != 0) {
+      const int lane = __builtin_ctz(above);
+      above &= above - 1;
+      top.offer(row[j + lane] + shift, base + j + lane);
+    }
+  }
+  return j;
+}
 #endif
 
 // Per sentence b, the k best lprobs[b, r, w] + cumulative[b, r] over rows r < rows and words w
@@ -88,7 +106,11 @@ void top_candidates(const float* lprobs, const float* cumulative, int64_t bsz, i
         int64_t j = 0;
         for (; j < vocab && !top.full(); ++j) top.offer(row[j] + shift, base + j);
 #ifdef FSQ_AVX512_KERNELS
-        if (core::cpu_has_avx512f()) j = scan_avx512(row, shift, j, vocab, base, top);
+        if (core::cpu_has_avx512f()) {
+          j = scan_avx512(row, shift, j, vocab, base, top);
+        } else if (core::cpu_has_avx2_fma()) {
+          j = scan_avx2(row, shift, j, vocab, base, top);
+        }
 #endif
         for (; j < vocab; ++j) top.offer(row[j] + shift, base + j);
       }

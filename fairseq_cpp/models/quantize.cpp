@@ -1,12 +1,15 @@
 #include "fairseq_cpp/models/quantize.h"
 
+#include <unordered_set>
 #include <vector>
 
 #include <c10/core/ScalarType.h>
 #include <torch/nn/modules/linear.h>
 
 #include "fairseq_cpp/core/errors.h"
+#include "fairseq_cpp/core/runtime.h"
 #include "fairseq_cpp/models/transformer.h"
+#include "fairseq_cpp/nn/packed_linear.h"
 #include "fairseq_cpp/nn/quantized_linear.h"
 
 namespace fairseq_cpp::models {
@@ -30,6 +33,27 @@ size_t quantize_int8(torch::nn::Module& model, const QuantizeOptions& options) {
                        c10::toString(w.scalar_type()));
   }
   for (const at::Tensor& w : weights) nn::use_int8_weight(w);
+  return weights.size();
+}
+
+size_t pack_weights_in_place(torch::nn::Module& model) {
+  std::vector<at::Tensor> weights;
+  std::unordered_set<const c10::TensorImpl*> seen;  // a shared embedding is one weight
+  for (const auto& module : model.modules(/*include_self=*/true)) {
+    at::Tensor weight;
+    if (const auto* linear = dynamic_cast<const torch::nn::LinearImpl*>(module.get())) {
+      weight = linear->weight;
+    } else if (const auto* decoder = dynamic_cast<const TransformerDecoderImpl*>(module.get())) {
+      weight = decoder->output_weight();
+    }
+    if (weight.defined() && seen.insert(weight.unsafeGetTensorImpl()).second) weights.push_back(weight);
+  }
+  for (const at::Tensor& w : weights) {
+    nn::pack_in_place(w);
+    // The freed float32 weight goes back to the system now: kept for reuse, it would fit no later
+    // request (a packed weight is a little larger), and the model would be resident twice by the end.
+    core::release_free_memory();
+  }
   return weights.size();
 }
 

@@ -1,6 +1,6 @@
 #pragma once
 // Switches a loaded model's linear layers to int8 weights for inference (`generation.quantize:
-// int8`, nn/quantized_linear.h).
+// int8`, nn/quantized_linear.h), or packs its float32 weights in place for the packed kernel.
 //
 //   models::quantize_int8(*model);  // then generate as usual; every linear layer runs int8
 
@@ -21,5 +21,13 @@ struct QuantizeOptions {
 // quantized. UserError (exit 2) where int8 cannot run: a weight off the CPU, or a CPU without
 // AVX-512 VNNI (the message names what is missing).
 size_t quantize_int8(torch::nn::Module& model, const QuantizeOptions& options = {});
+
+// For float32 generation on a CPU that runs the packed kernel (nn/packed_linear.h): the weight of
+// every torch::nn::Linear of `model` and each decoder's output projection (its own, or the
+// embedding it shares, whose lookups then read the packed rows) are packed in place
+// (nn::pack_in_place), so the weights exist once, in the kernel's layout, instead of twice. Returns
+// how many weights were packed in place. Afterwards the model can only run inference: not be
+// trained, saved or moved.
+size_t pack_weights_in_place(torch::nn::Module& model);
 
 }  // namespace fairseq_cpp::models

@@ -96,6 +96,14 @@ bool checkpointing(const TransformerOptions& options, const torch::nn::Module& s
   return options.checkpoint_activations && stack.is_training() && at::GradMode::is_enabled();
 }
 
+// The embedding of `tokens`: its module's lookup, or the packed rows of a weight that generation
+// packed in place (shared with the output projection: nn::packed_rows).
+at::Tensor embed(torch::nn::Embedding& embedding, const at::Tensor& tokens) {
+  if (embedding->weight.numel() == 0 && nn::packed_in_place(embedding->weight))
+    return nn::packed_rows(embedding->weight, tokens);
+  return embedding->forward(tokens);
+}
+
 }  // namespace
 
 const std::map<std::string, config::ModelConfig>& architectures() {
@@ -190,7 +198,7 @@ TransformerEncoderImpl::TransformerEncoderImpl(const TransformerOptions& options
 }
 
 EncoderOut TransformerEncoderImpl::forward(const at::Tensor& src_tokens) {
-  at::Tensor x = embed_scale_ * embed_tokens_->forward(src_tokens);  // (B, S, C)
+  at::Tensor x = embed_scale_ * embed(embed_tokens_, src_tokens);  // (B, S, C)
   if (embed_positions_) x = x + embed_positions_->forward(src_tokens).to(x.scalar_type());
   if (layernorm_embedding_) x = layernorm_embedding_->forward(x);
   x = nn::dropout(x, options_.dropout, is_training());
@@ -263,7 +271,7 @@ at::Tensor TransformerDecoderImpl::features(const at::Tensor& tokens, const Enco
   } else if (embed_positions_) {
     positions = embed_positions_->forward(tokens);
   }
-  at::Tensor x = embed_scale_ * embed_tokens_->forward(input);  // (B, T, C)
+  at::Tensor x = embed_scale_ * embed(embed_tokens_, input);  // (B, T, C)
   if (positions.defined()) x = x + positions.to(x.scalar_type());
   if (layernorm_embedding_) x = layernorm_embedding_->forward(x);
   x = nn::dropout(x, options_.dropout, is_training());

@@ -1,8 +1,10 @@
 #include "fairseq_cpp/nn/packed_linear.h"
 
 #include <algorithm>
+#include <atomic>
 #include <cstdint>
 #include <mutex>
+#include <optional>
 #include <unordered_map>
 #include <vector>
 
@@ -20,8 +22,9 @@
 namespace fairseq_cpp::nn {
 namespace {
 
-constexpr int64_t kPanel = 32;  // output columns per panel: two 16-float AVX-512 registers
-constexpr int64_t kRows = 8;    // rows per kernel call: 16 accumulators
+constexpr int64_t kPanel = 32;    // output columns per panel: two AVX-512 registers, four AVX2 ones
+constexpr int64_t kRows = 8;      // rows per AVX-512 kernel call: 16 accumulators
+constexpr int64_t kRowsAvx2 = 3;  // rows per AVX2 kernel call: 12 accumulators of the 16 registers
 
 thread_local bool scope_enabled = false;
 
@@ -43,11 +46,14 @@ struct Entry {
         data(weight.data_ptr()),
         version(static_cast<int64_t>(weight._version())),
         sizes(weight.sizes().vec()),
-        strides(weight.strides().vec()) {
+        strides(weight.strides().vec()),
+        n(weight.size(0)),
+        k(weight.size(1)) {
     c10::InferenceMode inference;
     packed = pack(weight.detach());
   }
   bool holds(const at::Tensor& weight) const {
+    if (frozen) return !owner.expired();
     return !owner.expired() && data == weight.data_ptr() && version == static_cast<int64_t>(weight._version()) &&
            weight.sizes() == c10::IntArrayRef(sizes) && weight.strides() == c10::IntArrayRef(strides);
   }
@@ -56,6 +62,8 @@ struct Entry {
   int64_t version;
   std::vector<int64_t> sizes, strides;
   at::Tensor packed;
+  int64_t n, k;         // the weight's shape (N, K) when packed
+  bool frozen = false;  // pack_in_place: the tensor's own values are gone; the panels are the weight
 };
 
 // Packed weights by the identity of their tensor. An entry holds a weak reference, so its address
@@ -64,13 +72,28 @@ struct Entry {
 // repacks; a write through another tensor sharing the storage is not seen (none in this project).
 class PackedWeights {
  public:
-  at::Tensor get(const at::Tensor& weight) {
+  struct Packed {
+    at::Tensor panels;
+    int64_t n, k;
+  };
+  Packed get(const at::Tensor& weight) {
     std::lock_guard<std::mutex> lock(mutex_);
-    c10::TensorImpl* impl = weight.unsafeGetTensorImpl();
-    auto it = entries_.find(impl);
-    if (it != entries_.end() && it->second.holds(weight)) return it->second.packed;
-    drop_expired();
-    return entries_.insert_or_assign(impl, Entry(weight)).first->second.packed;
+    const Entry& e = find_or_pack(weight);
+    return {e.packed, e.n, e.k};
+  }
+  // The weight packed in place, or nothing (no lock taken while no weight was).
+  std::optional<Packed> frozen(const at::Tensor& weight) {
+    if (frozen_ == 0) return std::nullopt;
+    std::lock_guard<std::mutex> lock(mutex_);
+    auto it = entries_.find(weight.unsafeGetTensorImpl());
+    if (it == entries_.end() || !it->second.frozen || it->second.owner.expired()) return std::nullopt;
+    return Packed{it->second.packed, it->second.n, it->second.k};
+  }
+  void freeze(const at::Tensor& weight) {
+    std::lock_guard<std::mutex> lock(mutex_);
+    Entry& e = find_or_pack(weight);
+    if (!e.frozen) ++frozen_;
+    e.frozen = true;
   }
   size_t live() {
     std::lock_guard<std::mutex> lock(mutex_);
@@ -79,11 +102,26 @@ class PackedWeights {
   }
 
  private:
+  Entry& find_or_pack(const at::Tensor& weight) {
+    c10::TensorImpl* impl = weight.unsafeGetTensorImpl();
+    auto it = entries_.find(impl);
+    if (it != entries_.end() && it->second.holds(weight)) return it->second;
+    drop_expired();
+    return entries_.insert_or_assign(impl, Entry(weight)).first->second;
+  }
   void drop_expired() {
-    for (auto e = entries_.begin(); e != entries_.end();) e = e->second.owner.expired() ? entries_.erase(e) : ++e;
+    for (auto e = entries_.begin(); e != entries_.end();) {
+      if (!e->second.owner.expired()) {
+        ++e;
+        continue;
+      }
+      if (e->second.frozen) --frozen_;
+      e = entries_.erase(e);
+    }
   }
   std::mutex mutex_;
   std::unordered_map<c10::TensorImpl*, Entry> entries_;
+  std::atomic<size_t> frozen_{0};
 };
 
 PackedWeights& packed_weights() {
@@ -126,9 +164,53 @@ __attribute__((target("avx512f"))) void kernel(const float* x, int64_t ldx, cons
   }
 }
 
+// r_i += v_i * the 8 weights at w, for kernel_avx2's R rows.
+template <int R>
+__attribute__((target("avx2,fma"), always_inline)) inline void column_avx2(const float* w, __m256 v0, __m256 v1,
+                                                                           __m256 v2, __m256& r0, __m256& r1,
+                                                                           __m256& r2) {
+  const __m256 wv = _mm256_loadu_ps(w);
+  r0 = _mm256_fmadd_ps(v0, wv, r0);
+  if constexpr (R > 1) r1 = _mm256_fmadd_ps(v1, wv, r1);
+  if constexpr (R > 2) r2 = _mm256_fmadd_ps(v2, wv, r2);
+}
+
+// The same as kernel() for CPUs with AVX2 and FMA (no AVX-512F): each row's 32 columns in four
+// 8-float registers, the sum in k order as above. The 12 accumulators are named variables: as an
+// array GCC 12 stored every one of them to the stack at every k.
+template <int R>
+__attribute__((target("avx2,fma"))) void kernel_avx2(const float* x, int64_t ldx, const float* panel, int64_t k,
+                                                     const float* bias, float* c, int64_t ldc, int64_t cols) {
+  static_assert(R >= 1 && R <= 3, "three rows at most: 12 accumulators, 3 inputs and a weight");
+  __m256 a00 = _mm256_setzero_ps(), a01 = a00, a02 = a00, a03 = a00;
+  __m256 a10 = a00, a11 = a00, a12 = a00, a13 = a00;
+  __m256 a20 = a00, a21 = a00, a22 = a00, a23 = a00;
+  const float* x1 = x + (R > 1 ? ldx : 0);
+  const float* x2 = x + (R > 2 ? 2 * ldx : 0);
+  for (int64_t i = 0; i < k; ++i) {
+    const float* w = panel + i * kPanel;
+    const __m256 v0 = _mm256_broadcast_ss(x + i);
+    const __m256 v1 = _mm256_broadcast_ss(x1 + i);
+    const __m256 v2 = _mm256_broadcast_ss(x2 + i);
+    column_avx2<R>(w, v0, v1, v2, a00, a10, a20);
+    column_avx2<R>(w + 8, v0, v1, v2, a01, a11, a21);
+    column_avx2<R>(w + 16, v0, v1, v2, a02, a12, a22);
+    column_avx2<R>(w + 24, v0, v1, v2, a03, a13, a23);
+  }
+  alignas(32) float sums[3][kPanel];
+  const __m256 rows[3][4] = {{a00, a01, a02, a03}, {a10, a11, a12, a13}, {a20, a21, a22, a23}};
+  for (int r = 0; r < R; ++r)
+    for (int q = 0; q < 4; ++q) _mm256_store_ps(sums[r] + 8 * q, rows[r][q]);
+  for (int r = 0; r < R; ++r) {
+    float* out = c + r * ldc;
+    for (int64_t j = 0; j < cols; ++j) out[j] = bias != nullptr ? sums[r][j] + bias[j] : sums[r][j];
+  }
+}
+
 using Kernel = void (*)(const float*, int64_t, const float*, int64_t, const float*, float*, int64_t, int64_t);
 constexpr Kernel kKernels[kRows] = {kernel<1>, kernel<2>, kernel<3>, kernel<4>,
                                     kernel<5>, kernel<6>, kernel<7>, kernel<8>};
+constexpr Kernel kKernelsAvx2[kRowsAvx2] = {kernel_avx2<1>, kernel_avx2<2>, kernel_avx2<3>};
 #endif
 
 }  // namespace
@@ -136,20 +218,44 @@ constexpr Kernel kKernels[kRows] = {kernel<1>, kernel<2>, kernel<3>, kernel<4>,
 PackedLinearScope::PackedLinearScope() : previous_(scope_enabled) { scope_enabled = true; }
 PackedLinearScope::~PackedLinearScope() { scope_enabled = previous_; }
 
-bool packed_linear_supported() { return core::cpu_has_avx512f(); }
+bool packed_linear_supported() { return core::cpu_has_avx512f() || core::cpu_has_avx2_fma(); }
+
+void pack_in_place(at::Tensor weight) {
+  TORCH_CHECK(packed_linear_supported(), "pack_in_place: this CPU has neither AVX-512F nor AVX2 with FMA");
+  TORCH_CHECK(weight.device().is_cpu() && weight.scalar_type() == at::kFloat && weight.dim() == 2,
+              "pack_in_place: a float32 (N, K) CPU weight expected");
+  packed_weights().freeze(weight);
+  torch::NoGradGuard no_grad;
+  weight.set_data(at::empty({0}, weight.options()));
+}
+
+bool packed_in_place(const at::Tensor& weight) { return packed_weights().frozen(weight).has_value(); }
+
+at::Tensor packed_rows(const at::Tensor& weight, const at::Tensor& indices) {
+  std::optional<PackedWeights::Packed> packed = packed_weights().frozen(weight);
+  TORCH_CHECK(packed.has_value(), "packed_rows: the weight was not packed in place");
+  // Row n is column n % 32 of panel n / 32: (P, K, 32)[n / 32, :, n % 32].
+  const at::Tensor rows = indices.to(at::kLong);
+  using at::indexing::Slice;
+  return packed->panels.index({rows.div(kPanel, "floor"), Slice(), rows.remainder(kPanel)});
+}
 
 size_t packed_weight_count() { return packed_weights().live(); }
 
 at::Tensor packed_linear(const at::Tensor& x, const at::Tensor& weight, const at::Tensor& bias) {
-  TORCH_CHECK(packed_linear_supported(), "packed_linear: this CPU has no AVX-512F");
+  TORCH_CHECK(packed_linear_supported(), "packed_linear: this CPU has neither AVX-512F nor AVX2 with FMA");
+  // A weight packed in place is empty (no lock taken for the others).
+  std::optional<PackedWeights::Packed> in_place =
+      weight.numel() == 0 ? packed_weights().frozen(weight) : std::optional<PackedWeights::Packed>();
   TORCH_CHECK(x.device().is_cpu() && weight.device().is_cpu() && x.scalar_type() == at::kFloat &&
-                  weight.scalar_type() == at::kFloat && weight.dim() == 2 && x.size(-1) == weight.size(1),
+                  weight.scalar_type() == at::kFloat && (in_place || weight.dim() == 2),
               "packed_linear: float32 CPU (..., K) input and (N, K) weight expected");
-  TORCH_CHECK(!bias.defined() || (bias.device().is_cpu() && bias.scalar_type() == at::kFloat &&
-                                  bias.numel() == weight.size(0)),
+  const PackedWeights::Packed packed = in_place ? *in_place : packed_weights().get(weight);
+  const int64_t n = packed.n, k = packed.k;
+  TORCH_CHECK(x.size(-1) == k, "packed_linear: the input's last dimension is ", x.size(-1), ", the weight's ", k);
+  TORCH_CHECK(!bias.defined() || (bias.device().is_cpu() && bias.scalar_type() == at::kFloat && bias.numel() == n),
               "packed_linear: float32 CPU bias of N values expected");
-  const int64_t n = weight.size(0), k = weight.size(1);
-  const at::Tensor panels = packed_weights().get(weight);
+  const at::Tensor& panels = packed.panels;
   const at::Tensor input = x.reshape({-1, k}).contiguous();
   const at::Tensor b = bias.defined() ? bias.contiguous() : bias;
   const int64_t m = input.size(0);
@@ -161,6 +267,9 @@ at::Tensor packed_linear(const at::Tensor& x, const at::Tensor& weight, const at
   const float* pp = panels.data_ptr<float>();
   const float* bp = b.defined() ? b.data_ptr<float>() : nullptr;
   float* cp = out.data_ptr<float>();
+  const bool wide = core::cpu_has_avx512f();
+  const Kernel* kernels = wide ? kKernels : kKernelsAvx2;
+  const int64_t rows_per_call = wide ? kRows : kRowsAvx2;
   // Intra-op threads share the panels when each gets at least ~50 MFLOP (a hand-over costs tens of us).
   const int64_t grain = std::max<int64_t>(1, 50'000'000 / std::max<int64_t>(1, 2 * m * k * kPanel));
   at::parallel_for(0, panels.size(0), grain, [&](int64_t begin, int64_t end) {
@@ -168,9 +277,9 @@ at::Tensor packed_linear(const at::Tensor& x, const at::Tensor& weight, const at
       const float* panel = pp + p * k * kPanel;
       const int64_t col = p * kPanel;
       const int64_t cols = std::min(kPanel, n - col);
-      for (int64_t row = 0; row < m; row += kRows) {
-        const int64_t rows = std::min(kRows, m - row);
-        kKernels[rows - 1](xp + row * k, k, panel, k, bp ? bp + col : nullptr, cp + row * n + col, n, cols);
+      for (int64_t row = 0; row < m; row += rows_per_call) {
+        const int64_t rows = std::min(rows_per_call, m - row);
+        kernels[rows - 1](xp + row * k, k, panel, k, bp ? bp + col : nullptr, cp + row * n + col, n, cols);
       }
     }
   });
@@ -181,6 +290,9 @@ at::Tensor packed_linear(const at::Tensor& x, const at::Tensor& weight, const at
 at::Tensor scoped_linear(const at::Tensor& x, const at::Tensor& weight, const at::Tensor& bias) {
   const bool needs_grad =
       at::GradMode::is_enabled() && (x.requires_grad() || weight.requires_grad() || (bias.defined() && bias.requires_grad()));
+  if (weight.numel() == 0 && x.device().is_cpu() && packed_in_place(weight)) {
+    return packed_linear(x, weight, bias);  // its float32 values are gone; no gradient reaches it
+  }
   if (!needs_grad && x.device().is_cpu() && x.scalar_type() == at::kFloat) {
     if (auto quantized = int8_weight_for(weight)) return int8_linear(x, *quantized, bias);  // --quantize int8
   }

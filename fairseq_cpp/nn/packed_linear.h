@@ -3,16 +3,17 @@
 //
 // A decoding step multiplies a few hundred rows (beam x sentences) by every weight of the decoder
 // and by the (vocabulary x width) output embedding. BLAS re-packs the weight into its panel layout
-// on every call, which at these row counts is 10-30% of the GEMM. Here each weight (N, K) is packed
-// once into panels of 32 output columns x K (AVX-512), kept while the weight is unchanged, and
-// multiplied by a register-blocked kernel (8 rows x 32 columns); the sum over K runs in order, as
-// OpenBLAS's kernel does.
+// on every call, which at these row counts is 10-30% of the GEMM (16% of a translation's time on an
+// AVX2 EPYC, in OpenBLAS's sgemm_incopy). Here each weight (N, K) is packed once into panels of 32
+// output columns x K, kept while the weight is unchanged, and multiplied by a register-blocked
+// kernel: 8 rows x 32 columns with AVX-512F, 3 rows x 32 columns on CPUs with only AVX2 and FMA.
+// The sum over K runs in order, as OpenBLAS's kernel does.
 //
 //   nn::PackedLinearScope packed;        // this thread's inference may use packed weights
 //   at::Tensor y = nn::scoped_linear(x, layer->weight, layer->bias);
 //
 // Outside a scope, for tensors that need gradients, off CPU, not float32, or on a CPU without
-// AVX-512F, nn::scoped_linear is ATen's linear (at::linear). A weight registered by
+// AVX-512F or AVX2 with FMA, nn::scoped_linear is ATen's linear (at::linear). A weight registered by
 // nn::use_int8_weight (quantized_linear.h) runs int8 whenever no gradient is needed, inside a
 // scope or not.
 
@@ -32,7 +33,7 @@ class PackedLinearScope {
   bool previous_;
 };
 
-// Whether this CPU can run the packed kernel (x86-64 with AVX-512F).
+// Whether this CPU can run the packed kernel (x86-64 with AVX-512F, or AVX2 and FMA).
 bool packed_linear_supported();
 
 // x (..., K) @ weight (N, K)^T + bias (N) -> (..., N); bias may be undefined. at::linear, or the
@@ -42,6 +43,18 @@ at::Tensor scoped_linear(const at::Tensor& x, const at::Tensor& weight, const at
 // The packed path itself, whatever the scope (requires packed_linear_supported(), float32 CPU
 // tensors); packs the weight on first use and again after it changes.
 at::Tensor packed_linear(const at::Tensor& x, const at::Tensor& weight, const at::Tensor& bias = at::Tensor());
+
+// For inference only (generation): packs `weight`, a float32 (N, K) CPU tensor, and frees its own
+// values, so that the model's weights exist once, packed, not twice. From then on
+// nn::scoped_linear(x, weight, bias) runs the packed kernel with it, inside a scope or not, and no
+// gradient reaches it; nothing else may read the tensor (it is empty) but packed_rows. Requires
+// packed_linear_supported().
+void pack_in_place(at::Tensor weight);
+// Whether `weight` was packed in place.
+bool packed_in_place(const at::Tensor& weight);
+// Rows `indices` (int64, any shape) of a weight packed in place, as embedding(weight, indices) reads
+// them from the float32 weight: (..., K). For an embedding shared with an output projection.
+at::Tensor packed_rows(const at::Tensor& weight, const at::Tensor& indices);
 
 // Number of packed weights whose tensors are alive (tests).
 size_t packed_weight_count();

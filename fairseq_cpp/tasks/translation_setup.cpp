@@ -1,6 +1,7 @@
 #include "fairseq_cpp/tasks/translation_setup.h"
 
 #include <filesystem>
+#include <optional>
 #include <regex>
 
 #include "fairseq_cpp/core/torch.h"
@@ -13,6 +14,7 @@
 #include "fairseq_cpp/distributed/topology.h"
 #include "fairseq_cpp/models/ensemble.h"
 #include "fairseq_cpp/models/quantize.h"
+#include "fairseq_cpp/nn/packed_linear.h"
 #include "fairseq_cpp/tasks/distributed_setup.h"
 
 namespace fairseq_cpp::tasks {
@@ -102,8 +104,8 @@ Translation load_translation(const config::Config& cli, const std::string& split
 
   // Mapped, not read: only the model's records are touched (copied into the model), never the
   // optimizer's state a training checkpoint also holds (twice the model with adam).
-  const checkpoint::StateDict stored = checkpoint::load_file(paths[0], checkpoint::Reading::kMapped);
-  const config::Config stored_config = checkpoint::config_entry(stored, paths[0]);
+  std::optional<checkpoint::StateDict> stored = checkpoint::load_file(paths[0], checkpoint::Reading::kMapped);
+  const config::Config stored_config = checkpoint::config_entry(*stored, paths[0]);
   t.src_lang = cli.task.source_lang;
   t.tgt_lang = cli.task.target_lang;
   if (t.src_lang.empty() || t.tgt_lang.empty()) {
@@ -119,7 +121,7 @@ Translation load_translation(const config::Config& cli, const std::string& split
   std::vector<std::shared_ptr<models::EncoderDecoderModel>> members;
   for (size_t i = 0; i < paths.size(); ++i) {
     checkpoint::LoadedModel loaded =
-        checkpoint::load_model(i == 0 ? stored : checkpoint::load_file(paths[i], checkpoint::Reading::kMapped),
+        checkpoint::load_model(i == 0 ? *stored : checkpoint::load_file(paths[i], checkpoint::Reading::kMapped),
                                paths[i], vocab, t.device, cli.common_eval.use_ema);
     if (i == 0) t.trained = loaded.config;
     log::info("generate", "loaded {} ({} parameters, arch {}{}) on {}{}", paths[i],
@@ -128,12 +130,17 @@ Translation load_translation(const config::Config& cli, const std::string& split
     if (bf16) loaded.model->to(torch::kBFloat16);
     members.push_back(loaded.model);
   }
+  stored.reset();  // unmapped before packing: the pages the records were read from leave the resident set
   t.models = members.size();
   t.model = members.size() == 1 ? members[0] : std::make_shared<models::EnsembleModel>(members);
   t.model->eval();
   if (int8) {
     const size_t quantized = models::quantize_int8(*t.model);
     log::info("generate", "--quantize int8: {} linear weights quantized per output channel (AVX-512 VNNI)", quantized);
+  } else if (!bf16 && t.device.is_cpu() && nn::packed_linear_supported()) {
+    const size_t packed = models::pack_weights_in_place(*t.model);
+    log::info("generate", "{} linear weights packed in place for the {} kernel", packed,
+              core::cpu_has_avx512f() ? "AVX-512F" : "AVX2");
   }
   return t;
 }

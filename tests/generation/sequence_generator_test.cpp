@@ -14,9 +14,11 @@
 #include <limits>
 #include <map>
 
+#include "tests/support/cpu_kernels.h"
 #include "tests/support/torch.h"
 
 #include "fairseq_cpp/core/errors.h"
+#include "fairseq_cpp/core/runtime.h"
 #include "fairseq_cpp/generation/search.h"
 #include "fairseq_cpp/generation/sequence_generator.h"
 #include "tests/support/devices.h"
@@ -177,7 +179,7 @@ TEST_P(BeamSearchStep, TopTwoBeamOverBeamTimesVocabOfCumulativeScores) {
 // The float32 CPU step (one pass, no sum tensor) against torch's sum and topk on the same values:
 // random log-probabilities, then rows mostly -inf (fewer finite candidates than 2K). CPU only: on
 // CUDA beam_search_step is that sum and topk.
-TEST(BeamSearchStep, OnePassEqualsSumAndTopk) {
+void expect_one_pass_equals_sum_and_topk() {
   torch::manual_seed(5);
   const int64_t bsz = 3, beam = 4, vocab = 1000;
   for (bool sparse : {false, true}) {
@@ -208,6 +210,11 @@ TEST(BeamSearchStep, OnePassEqualsSumAndTopk) {
   EXPECT_TRUE(std::isnan(c.scores[0][0].item<float>()));
   EXPECT_EQ(c.tokens[0][0].item<int64_t>(), 0);
   EXPECT_TRUE(torch::equal(c.scores.narrow(1, 1, 2 * beam - 1), top.narrow(1, 1, 2 * beam - 1)));
+}
+
+// Its scan in AVX-512F or AVX2 (whichever this CPU has), and in AVX2 as well where it has both.
+TEST(BeamSearchStep, OnePassEqualsSumAndTopk) {
+  testing::for_each_cpu_kernel_family(expect_one_pass_equals_sum_and_topk);
 }
 
 TEST_P(SequenceGeneration, FinishedHypothesisLeavesTheBeamAndLongerOneWinsAfterNormalization) {

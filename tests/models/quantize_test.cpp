@@ -1,5 +1,5 @@
-// Switching a Transformer to int8 linear layers: which weights are quantized, and the model's
-// log-probabilities against float32's.
+// Switching a Transformer to int8 linear layers, or packing its float32 weights in place: which
+// weights are converted, and the model's log-probabilities against float32's.
 #include <gtest/gtest.h>
 
 #include <string>
@@ -9,6 +9,7 @@
 #include "fairseq_cpp/core/errors.h"
 #include "fairseq_cpp/models/quantize.h"
 #include "fairseq_cpp/models/transformer.h"
+#include "fairseq_cpp/nn/packed_linear.h"
 #include "fairseq_cpp/nn/quantized_linear.h"
 
 namespace fairseq_cpp::models {
@@ -81,6 +82,44 @@ TEST(QuantizeInt8, LogProbabilitiesStayCloseToFloat32s) {
   EXPECT_GT(diff, 0.0) << "the int8 path was not taken";
   EXPECT_LT(diff, 0.15);
   EXPECT_LT(mean, 0.03);
+}
+
+TEST(PackWeightsInPlace, FreesEveryLinearWeightAndGivesThePackedKernelsBits) {
+  if (!nn::packed_linear_supported()) GTEST_SKIP() << "this CPU has neither AVX-512F nor AVX2 with FMA";
+  torch::NoGradGuard no_grad;
+  at::Tensor src = torch::tensor({1, 1, 5, 6, 2, 7, 8, 9, 10, 2, 1, 11, 12, 13, 2}).view({3, 5});
+  at::Tensor lengths = torch::tensor({3, 5, 4});
+  at::Tensor prev = torch::tensor({2, 14, 15, 16, 17, 18, 2, 19, 20, 21, 22, 23, 2, 24, 25, 26, 27, 28}).view({3, 6});
+  for (bool shared : {false, true}) {
+    auto model = tiny_model(shared);
+    auto log_probs = [&] { return EncoderDecoderModel::log_probs(model->decode(prev, model->encode(src, lengths))); };
+    const at::Tensor float32 = log_probs();  // torch's linear
+    at::Tensor packed_copies;                // the packed kernel on packed copies of the weights
+    {
+      nn::PackedLinearScope scope;
+      packed_copies = log_probs();
+    }
+    size_t linear = 0;
+    for (const auto& p : model->named_parameters()) {
+      if (ends_with(p.key(), "proj.weight") || ends_with(p.key(), "fc1.weight") || ends_with(p.key(), "fc2.weight"))
+        ++linear;
+    }
+    ASSERT_GT(linear, 0u);
+    // And the output projection, its own or the embedding it shares (whose lookups then read the
+    // packed rows).
+    const std::string output = shared ? "decoder.embed_tokens.weight" : "decoder.embed_out";
+    EXPECT_EQ(pack_weights_in_place(*model), linear + 1);
+    for (const auto& p : model->named_parameters()) {
+      const bool expected = ends_with(p.key(), "proj.weight") || ends_with(p.key(), "fc1.weight") ||
+                            ends_with(p.key(), "fc2.weight") || p.key() == output;
+      EXPECT_EQ(nn::packed_in_place(p.value()), expected) << p.key();
+      EXPECT_EQ(p.value().numel() == 0, expected) << p.key() << ": packed in place frees the float32 values";
+    }
+    // Outside a scope too (the values are gone), to the bit of the packed copies.
+    const at::Tensor in_place = log_probs();
+    EXPECT_TRUE(torch::equal(in_place, packed_copies)) << "shared " << shared;
+    EXPECT_TRUE(torch::allclose(in_place, float32, 1e-4, 1e-5)) << "shared " << shared;
+  }
 }
 
 }  // namespace

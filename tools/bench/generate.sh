@@ -66,6 +66,8 @@ ct2_backend="$(CT2_VERBOSE=1 "$python" -c "import ctranslate2; ctranslate2.Trans
   sed -n 's/.*\(Selected ISA: [A-Z0-9]*\|SGEMM backend: [A-Za-z]*\|GEMM_S8 backend: [A-Za-z]*\).*/\1/p' | paste -sd, -)"
 
 engines=(ours ours-int8 ct2-float32 ct2-int8)
+# Our int8 kernel needs AVX-512 VNNI: without it, float32 only.
+grep -qw avx512_vnni /proc/cpuinfo || { engines=(ours ct2-float32); echo "(no AVX-512 VNNI on this CPU: float32 only)"; }
 run_engine() {  # ENGINE RUN: one whole process; its output in $tmp/ENGINE.RUN.{txt,log,time}
   local engine=$1 i=$2 out="$tmp/$1.$2"
   case "$engine" in
@@ -117,6 +119,9 @@ done
 echo "(search only: each program's own | Translated line, loading left out; tokens with </s>, as fairseq counts)"
 ratio() { echo "${whole_sps[$1]} / ${whole_sps[$2]}" | bc -l; }
 search_ratio() { echo "${search_sps[$1]} / ${search_sps[$2]}" | bc -l; }
+printf 'ours float32 / CTranslate2 float32: %.2fx whole process, %.2fx search only\n' "$(ratio ours ct2-float32)" \
+  "$(search_ratio ours ct2-float32)"
+[[ -n "${whole_sps[ours-int8]:-}" ]] || exit 0
 printf 'ours int8 / CTranslate2 int8: %.2fx whole process, %.2fx search only\n' "$(ratio ours-int8 ct2-int8)" \
   "$(search_ratio ours-int8 ct2-int8)"
 printf 'ours int8 / ours float32: %.2fx whole process, %.2fx search only\n' "$(ratio ours-int8 ours)" \

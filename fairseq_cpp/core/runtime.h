@@ -63,7 +63,8 @@ void release_free_memory();
 int available_cores();
 
 // Whether this CPU runs AVX-512F (x86-64 with GCC or Clang; false elsewhere): the packed GEMM,
-// the vectorized log_softmax and the one-pass beam candidates use it, else LibTorch's operators.
+// the vectorized log_softmax and the beam candidates' scan use it; without it, their AVX2 forms
+// (cpu_has_avx2_fma) or LibTorch's operators.
 bool cpu_has_avx512f();
 // Whether this CPU runs AVX2 with FMA (x86-64 with GCC or Clang; false elsewhere): the packed
 // GEMM and the beam candidates' scan have AVX2 forms for CPUs without AVX-512F.

@@ -13,18 +13,31 @@
 #include "fairseq_cpp/nn/quantized_linear.h"
 
 namespace fairseq_cpp::models {
+namespace {
+
+// The weights that nn::scoped_linear multiplies by: every torch::nn::Linear's and, with
+// `output_projection`, each Transformer decoder's output projection; each tensor once.
+std::vector<at::Tensor> linear_weights(torch::nn::Module& model, bool output_projection) {
+  std::vector<at::Tensor> weights;
+  std::unordered_set<const c10::TensorImpl*> seen;
+  for (const auto& module : model.modules(/*include_self=*/true)) {
+    at::Tensor weight;
+    if (const auto* linear = dynamic_cast<const torch::nn::LinearImpl*>(module.get())) {
+      weight = linear->weight;
+    } else if (const auto* decoder = dynamic_cast<const TransformerDecoderImpl*>(module.get())) {
+      if (output_projection) weight = decoder->output_weight();
+    }
+    if (weight.defined() && seen.insert(weight.unsafeGetTensorImpl()).second) weights.push_back(weight);
+  }
+  return weights;
+}
+
+}  // namespace
 
 size_t quantize_int8(torch::nn::Module& model, const QuantizeOptions& options) {
   if (!nn::int8_linear_supported())
     raise<UserError>("--quantize int8 cannot run here: {}; use --quantize none", nn::int8_linear_unsupported_reason());
-  std::vector<at::Tensor> weights;
-  for (const auto& module : model.modules(/*include_self=*/true)) {
-    if (const auto* linear = dynamic_cast<const torch::nn::LinearImpl*>(module.get())) {
-      weights.push_back(linear->weight);
-    } else if (const auto* decoder = dynamic_cast<const TransformerDecoderImpl*>(module.get())) {
-      if (options.output_projection) weights.push_back(decoder->output_weight());
-    }
-  }
+  const std::vector<at::Tensor> weights = linear_weights(model, options.output_projection);
   for (const at::Tensor& w : weights) {
     if (!w.device().is_cpu())
       raise<UserError>("--quantize int8 runs on the CPU only, but the model is on {}; add --cpu", w.device().str());
@@ -37,17 +50,7 @@ size_t quantize_int8(torch::nn::Module& model, const QuantizeOptions& options) {
 }
 
 size_t pack_weights_in_place(torch::nn::Module& model) {
-  std::vector<at::Tensor> weights;
-  std::unordered_set<const c10::TensorImpl*> seen;  // a shared embedding is one weight
-  for (const auto& module : model.modules(/*include_self=*/true)) {
-    at::Tensor weight;
-    if (const auto* linear = dynamic_cast<const torch::nn::LinearImpl*>(module.get())) {
-      weight = linear->weight;
-    } else if (const auto* decoder = dynamic_cast<const TransformerDecoderImpl*>(module.get())) {
-      weight = decoder->output_weight();
-    }
-    if (weight.defined() && seen.insert(weight.unsafeGetTensorImpl()).second) weights.push_back(weight);
-  }
+  const std::vector<at::Tensor> weights = linear_weights(model, /*output_projection=*/true);
   for (const at::Tensor& w : weights) {
     nn::pack_in_place(w);
     // The freed float32 weight goes back to the system now: kept for reuse, it would fit no later

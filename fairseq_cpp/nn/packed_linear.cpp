@@ -46,9 +46,7 @@ struct Entry {
         data(weight.data_ptr()),
         version(static_cast<int64_t>(weight._version())),
         sizes(weight.sizes().vec()),
-        strides(weight.strides().vec()),
-        n(weight.size(0)),
-        k(weight.size(1)) {
+        strides(weight.strides().vec()) {
     c10::InferenceMode inference;
     packed = pack(weight.detach());
   }
@@ -79,7 +77,7 @@ class PackedWeights {
   Packed get(const at::Tensor& weight) {
     std::lock_guard<std::mutex> lock(mutex_);
     const Entry& e = find_or_pack(weight);
-    return {e.packed, e.n, e.k};
+    return {e.packed, e.sizes[0], e.sizes[1]};
   }
   // The weight packed in place, or nothing (no lock taken while no weight was).
   std::optional<Packed> frozen(const at::Tensor& weight) {
@@ -87,7 +85,7 @@ class PackedWeights {
     std::lock_guard<std::mutex> lock(mutex_);
     auto it = entries_.find(weight.unsafeGetTensorImpl());
     if (it == entries_.end() || !it->second.frozen || it->second.owner.expired()) return std::nullopt;
-    return Packed{it->second.packed, it->second.n, it->second.k};
+    return Packed{it->second.packed, it->second.sizes[0], it->second.sizes[1]};
   }
   void freeze(const at::Tensor& weight) {
     std::lock_guard<std::mutex> lock(mutex_);
@@ -242,16 +240,12 @@ at::Tensor packed_rows(const at::Tensor& weight, const at::Tensor& indices) {
 
 size_t packed_weight_count() { return packed_weights().live(); }
 
-at::Tensor packed_linear(const at::Tensor& x, const at::Tensor& weight, const at::Tensor& bias) {
-  TORCH_CHECK(packed_linear_supported(), "packed_linear: this CPU has neither AVX-512F nor AVX2 with FMA");
-  // A weight packed in place is empty (no lock taken for the others).
-  std::optional<PackedWeights::Packed> in_place =
-      weight.numel() == 0 ? packed_weights().frozen(weight) : std::optional<PackedWeights::Packed>();
-  TORCH_CHECK(x.device().is_cpu() && weight.device().is_cpu() && x.scalar_type() == at::kFloat &&
-                  weight.scalar_type() == at::kFloat && (in_place || weight.dim() == 2),
-              "packed_linear: float32 CPU (..., K) input and (N, K) weight expected");
-  const PackedWeights::Packed packed = in_place ? *in_place : packed_weights().get(weight);
+namespace {
+
+// x (..., K) @ the packed weight (N, K)^T + bias, on the kernels of this CPU.
+at::Tensor multiply(const at::Tensor& x, const PackedWeights::Packed& packed, const at::Tensor& bias) {
   const int64_t n = packed.n, k = packed.k;
+  TORCH_CHECK(x.device().is_cpu() && x.scalar_type() == at::kFloat, "packed_linear: a float32 CPU input expected");
   TORCH_CHECK(x.size(-1) == k, "packed_linear: the input's last dimension is ", x.size(-1), ", the weight's ", k);
   TORCH_CHECK(!bias.defined() || (bias.device().is_cpu() && bias.scalar_type() == at::kFloat && bias.numel() == n),
               "packed_linear: float32 CPU bias of N values expected");
@@ -287,12 +281,23 @@ at::Tensor packed_linear(const at::Tensor& x, const at::Tensor& weight, const at
   return out.view(out_shape);
 }
 
+}  // namespace
+
+at::Tensor packed_linear(const at::Tensor& x, const at::Tensor& weight, const at::Tensor& bias) {
+  TORCH_CHECK(packed_linear_supported(), "packed_linear: this CPU has neither AVX-512F nor AVX2 with FMA");
+  // A weight packed in place is empty (no lock taken for the others).
+  if (auto in_place = weight.numel() == 0 ? packed_weights().frozen(weight) : std::nullopt)
+    return multiply(x, *in_place, bias);
+  TORCH_CHECK(weight.device().is_cpu() && weight.scalar_type() == at::kFloat && weight.dim() == 2,
+              "packed_linear: a float32 CPU (N, K) weight expected");
+  return multiply(x, packed_weights().get(weight), bias);
+}
+
 at::Tensor scoped_linear(const at::Tensor& x, const at::Tensor& weight, const at::Tensor& bias) {
   const bool needs_grad =
       at::GradMode::is_enabled() && (x.requires_grad() || weight.requires_grad() || (bias.defined() && bias.requires_grad()));
-  if (weight.numel() == 0 && x.device().is_cpu() && packed_in_place(weight)) {
-    return packed_linear(x, weight, bias);  // its float32 values are gone; no gradient reaches it
-  }
+  if (auto in_place = weight.numel() == 0 && x.device().is_cpu() ? packed_weights().frozen(weight) : std::nullopt)
+    return multiply(x, *in_place, bias);  // its float32 values are gone; no gradient reaches it
   if (!needs_grad && x.device().is_cpu() && x.scalar_type() == at::kFloat) {
     if (auto quantized = int8_weight_for(weight)) return int8_linear(x, *quantized, bias);  // --quantize int8
   }

@@ -66,7 +66,7 @@ for lane in "${lanes[@]}"; do
     (cd "$build_dir" && ctest --output-on-failure -j "${JOBS:-$(nproc)}" --timeout 1200 "${labels[@]}" "$@") ||
       failed+=("$lane")
   fi
-  # GoogleTest's skips (a CPU without AVX-512 VNNI skips the int8 kernel's tests) are inside the
+  # GoogleTest's skips (a CPU without AVX-512 skips the AVX2-against-AVX-512 checks) are inside the
   # executables' output, which CTest shows only on failure: name them here, with their reasons.
   log=$build_dir/Testing/Temporary/LastTest.log
   skip='^\[  SKIPPED \] .* ([0-9]* ms)$'  # a test's end line; the reason is the line before

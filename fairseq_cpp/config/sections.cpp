@@ -294,7 +294,7 @@ void describe(GenerationConfig& c, Section& s) {
       .when_bare(kCopySourceWord);
   s.add("quantize", &c.quantize,
         "run the linear layers with int8 weights (per output channel) and int8 activations (per row, "
-        "quantized at each call): none or int8 (CPU with AVX-512 VNNI)")
+        "quantized at each call): none or int8 (CPU with AVX-512 VNNI or AVX2)")
       .one_of({"none", "int8"});
   s.add("retain_dropout", &c.retain_dropout,
         "keep dropout active at inference, as in training (the model's dropout probabilities; outputs vary with "

@@ -263,7 +263,7 @@ struct GenerationConfig {
   // translation in this alignment dictionary file ("source target" lines); empty = off
   std::string replace_unk;
   // linear layers' weights at inference: none (float32) | int8 (per output channel, activations
-  // quantized per row at each call; CPU with AVX-512 VNNI)
+  // quantized per row at each call; CPU with AVX-512 VNNI or AVX2)
   std::string quantize = "none";
   // keep dropout active at inference (fairseq's --retain-dropout): outputs then vary with the seed
   bool retain_dropout = false;

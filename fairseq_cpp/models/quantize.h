@@ -12,14 +12,18 @@ namespace fairseq_cpp::models {
 
 struct QuantizeOptions {
   bool output_projection = true;  // also the decoder's (vocabulary x width) output projection
+  // Free each float32 weight once quantized (nn::quantize_in_place), but an embedding's, whose
+  // lookups read its float32 rows. Afterwards the model can only run inference: not be trained,
+  // saved or moved.
+  bool in_place = false;
 };
 
 // Every torch::nn::Linear of `model` (attention q/k/v/out projections, feed-forward fc1/fc2, a
 // decoder's project_out_dim) and, with options.output_projection, each Transformer decoder's output
 // projection (its own or the shared embedding) run int8 from now on, per output channel; the
-// float32 weights stay for the rest (a shared embedding's lookup). Returns how many weights were
-// quantized. UserError (exit 2) where int8 cannot run: a weight off the CPU, or a CPU without
-// AVX-512 VNNI (the message names what is missing).
+// float32 weights stay beside the int8 ones unless options.in_place. Returns how many weights were
+// quantized. UserError (exit 2) where int8 cannot run: a weight off the CPU, or a CPU with neither
+// AVX-512 VNNI nor AVX2 (the message names what is missing).
 size_t quantize_int8(torch::nn::Module& model, const QuantizeOptions& options = {});
 
 // For float32 generation on a CPU that runs the packed kernel (nn/packed_linear.h): the weight of

@@ -296,8 +296,10 @@ at::Tensor packed_linear(const at::Tensor& x, const at::Tensor& weight, const at
 at::Tensor scoped_linear(const at::Tensor& x, const at::Tensor& weight, const at::Tensor& bias) {
   const bool needs_grad =
       at::GradMode::is_enabled() && (x.requires_grad() || weight.requires_grad() || (bias.defined() && bias.requires_grad()));
-  if (auto in_place = weight.numel() == 0 && x.device().is_cpu() ? packed_weights().frozen(weight) : std::nullopt)
-    return multiply(x, *in_place, bias);  // its float32 values are gone; no gradient reaches it
+  if (weight.numel() == 0 && x.device().is_cpu()) {  // packed or quantized in place: no gradient reaches it
+    if (auto in_place = packed_weights().frozen(weight)) return multiply(x, *in_place, bias);
+    if (quantized_in_place(weight)) return int8_linear(x, *int8_weight_for(weight), bias);
+  }
   if (!needs_grad && x.device().is_cpu() && x.scalar_type() == at::kFloat) {
     if (auto quantized = int8_weight_for(weight)) return int8_linear(x, *quantized, bias);  // --quantize int8
   }

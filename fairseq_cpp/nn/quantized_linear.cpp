@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <atomic>
+#include <cmath>
 #include <cstdint>
 #include <cstring>
 #include <mutex>
@@ -102,10 +103,107 @@ FSQ_VNNI_TARGET void kernel(const uint8_t* xq, int64_t ldx, const int8_t* panel,
   }
 }
 
+#define FSQ_AVX2_TARGET __attribute__((target("avx2,fma")))
+
+// quantize_rows for CPUs with AVX2 only: the same values (the same float32 product, rounded half
+// to even by the same conversion), stored as signed bytes (no +128 shift), 0 past K.
+FSQ_AVX2_TARGET void quantize_rows_avx2(const float* x, int64_t ldx, int64_t m, int64_t k, int64_t k4, uint8_t* q,
+                                        float* scales) {
+  const __m256 sign = _mm256_set1_ps(-0.0f);
+  const __m256i lo = _mm256_set1_epi32(-127), hi = _mm256_set1_epi32(127);
+  const __m256i lanes = _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7);
+  // Byte 0 of each int32 lane, lanes 0-3 then 4-7, into the low 8 bytes.
+  const __m256i bytes = _mm256_setr_epi8(0, 4, 8, 12, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1, 0, 4, 8, 12, -1,
+                                         -1, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1);
+  for (int64_t r = 0; r < m; ++r) {
+    const float* row = x + r * ldx;
+    __m256 vmax = _mm256_setzero_ps();
+    for (int64_t i = 0; i < k; i += 8) {
+      const __m256i mask = _mm256_cmpgt_epi32(_mm256_set1_epi32(static_cast<int>(std::min<int64_t>(k - i, 8))), lanes);
+      vmax = _mm256_max_ps(vmax, _mm256_andnot_ps(sign, _mm256_maskload_ps(row + i, mask)));
+    }
+    alignas(32) float maxes[8];
+    _mm256_store_ps(maxes, vmax);
+    const float amax = *std::max_element(maxes, maxes + 8);
+    const float inv = amax > 0 ? 127.0f / amax : 0.0f;
+    scales[r] = amax / 127.0f;
+    const __m256 vinv = _mm256_set1_ps(inv);
+    uint8_t* out = q + r * k4;
+    for (int64_t i = 0; i < k; i += 8) {
+      const int64_t count = std::min<int64_t>(k - i, 8);
+      const __m256i mask = _mm256_cmpgt_epi32(_mm256_set1_epi32(static_cast<int>(count)), lanes);
+      __m256i v = _mm256_cvtps_epi32(_mm256_mul_ps(_mm256_maskload_ps(row + i, mask), vinv));
+      v = _mm256_shuffle_epi8(_mm256_min_epi32(_mm256_max_epi32(v, lo), hi), bytes);
+      const uint32_t low = static_cast<uint32_t>(_mm256_extract_epi32(v, 0));
+      const uint32_t high = static_cast<uint32_t>(_mm256_extract_epi32(v, 4));
+      const uint64_t eight = low | static_cast<uint64_t>(high) << 32;
+      std::memcpy(out + i, &eight, static_cast<size_t>(count));
+    }
+    std::fill(out + k, out + k4, uint8_t{0});
+  }
+}
+
+// acc_r += the int32 sums of 4 products x_r . w for the 8 columns of w (32 bytes of a group), R rows.
+// x_r holds a row's 4 signed values in each lane. vpmaddubsw multiplies u8 by s8: |w| by x with w's
+// sign, so that each pair of products is at most 2 * 127 * 127 = 32,258 in magnitude and never
+// saturates its 16 bits; vpmaddwd by ones adds the pairs into the column's int32 lane. The sums are
+// exact, the VNNI kernel's (which takes back its +128 shift).
+template <int R>
+__attribute__((target("avx2,fma"), always_inline)) inline void column_avx2(const int8_t* w, __m256i x0, __m256i x1,
+                                                                           __m256i ones, __m256i& a0, __m256i& a1) {
+  const __m256i wv = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(w));
+  const __m256i magnitude = _mm256_abs_epi8(wv);
+  a0 = _mm256_add_epi32(a0, _mm256_madd_epi16(_mm256_maddubs_epi16(magnitude, _mm256_sign_epi8(x0, wv)), ones));
+  if constexpr (R > 1)
+    a1 = _mm256_add_epi32(a1, _mm256_madd_epi16(_mm256_maddubs_epi16(magnitude, _mm256_sign_epi8(x1, wv)), ones));
+}
+
+// A row's 4 signed bytes at p in each 32-bit lane (one vpbroadcastd from memory).
+__attribute__((target("avx2"), always_inline)) inline __m256i four_bytes(const uint8_t* p) {
+  int32_t four;
+  std::memcpy(&four, p, sizeof four);
+  return _mm256_set1_epi32(four);
+}
+
+// kernel() for CPUs with AVX2 only, R <= 2 rows of quantize_rows_avx2's signed bytes: each row's 32
+// columns in four 8-lane registers, named (not an array, which GCC 12 keeps on the stack; with three
+// rows it spilled, and measured no faster). No compensation is needed (no shift). The epilogue is the VNNI
+// kernel's arithmetic, fma(sum, x_scale * w_scale, bias), so both give the same bits; written with
+// 8-lane vectors it made the kernel a third slower here (AMD Zen 3), so it is scalar.
+template <int R>
+FSQ_AVX2_TARGET void kernel_avx2(const uint8_t* xq, int64_t ldx, const int8_t* panel, int64_t groups,
+                                 const float* x_scale, const float* w_scale, const int32_t* /*comp*/, const float* bias,
+                                 float* c, int64_t ldc, int64_t cols) {
+  static_assert(R >= 1 && R <= 2, "two rows at most: 8 accumulators, 2 inputs, a weight, its magnitude and ones");
+  __m256i a00 = _mm256_setzero_si256(), a01 = a00, a02 = a00, a03 = a00;
+  __m256i a10 = a00, a11 = a00, a12 = a00, a13 = a00;
+  const __m256i ones = _mm256_set1_epi16(1);
+  const uint8_t* x1 = xq + (R > 1 ? ldx : 0);
+  for (int64_t g = 0; g < groups; ++g) {
+    const int8_t* w = panel + g * kPanel * kGroup;
+    const __m256i v0 = four_bytes(xq + g * kGroup), v1 = four_bytes(x1 + g * kGroup);
+    column_avx2<R>(w, v0, v1, ones, a00, a10);
+    column_avx2<R>(w + 32, v0, v1, ones, a01, a11);
+    column_avx2<R>(w + 64, v0, v1, ones, a02, a12);
+    column_avx2<R>(w + 96, v0, v1, ones, a03, a13);
+  }
+  alignas(32) int32_t sums[2][kPanel];
+  const __m256i rows[2][4] = {{a00, a01, a02, a03}, {a10, a11, a12, a13}};
+  for (int r = 0; r < R; ++r)
+    for (int q = 0; q < 4; ++q) _mm256_store_si256(reinterpret_cast<__m256i*>(sums[r] + 8 * q), rows[r][q]);
+  for (int r = 0; r < R; ++r) {
+    float* out = c + r * ldc;
+    for (int64_t j = 0; j < cols; ++j)
+      out[j] = std::fma(static_cast<float>(sums[r][j]), x_scale[r] * w_scale[j], bias != nullptr ? bias[j] : 0.0f);
+  }
+}
+
 using Kernel = void (*)(const uint8_t*, int64_t, const int8_t*, int64_t, const float*, const float*, const int32_t*,
                         const float*, float*, int64_t, int64_t);
 constexpr Kernel kKernels[kRows] = {kernel<1>, kernel<2>, kernel<3>, kernel<4>,
                                     kernel<5>, kernel<6>, kernel<7>, kernel<8>};
+constexpr int64_t kRowsAvx2 = 2;
+constexpr Kernel kKernelsAvx2[kRowsAvx2] = {kernel_avx2<1>, kernel_avx2<2>};
 #pragma GCC diagnostic pop
 #endif
 
@@ -133,20 +231,32 @@ struct Entry {
         data(weight.data_ptr()),
         version(version_of(weight)),
         quantized(std::make_shared<const Int8Weight>(Int8Weight::quantize(weight))) {}
-  bool current(const at::Tensor& weight) const { return data == weight.data_ptr() && version == version_of(weight); }
+  bool current(const at::Tensor& weight) const {
+    return frozen || (data == weight.data_ptr() && version == version_of(weight));
+  }
   c10::weak_intrusive_ptr<c10::TensorImpl, c10::UndefinedTensorImpl> owner;
   const void* data;
   int64_t version;
   std::shared_ptr<const Int8Weight> quantized;
+  bool frozen = false;  // quantize_in_place: the tensor's float32 values are gone; the int8 copy is the weight
 };
 
 class Int8Registry {
  public:
-  void add(const at::Tensor& weight) {
+  void add(const at::Tensor& weight, bool frozen) {
     std::lock_guard<std::mutex> lock(mutex_);
     drop_expired();
-    entries_.insert_or_assign(weight.unsafeGetTensorImpl(), Entry(weight));
+    auto it = entries_.find(weight.unsafeGetTensorImpl());
+    if (it == entries_.end() || it->second.owner.expired() || !it->second.current(weight))
+      it = entries_.insert_or_assign(weight.unsafeGetTensorImpl(), Entry(weight)).first;
+    it->second.frozen = it->second.frozen || frozen;
     size_ = entries_.size();
+  }
+  bool frozen(const at::Tensor& weight) {
+    if (size_.load(std::memory_order_relaxed) == 0) return false;
+    std::lock_guard<std::mutex> lock(mutex_);
+    auto it = entries_.find(weight.unsafeGetTensorImpl());
+    return it != entries_.end() && !it->second.owner.expired() && it->second.frozen;
   }
   std::shared_ptr<const Int8Weight> find(const at::Tensor& weight) {
     if (size_.load(std::memory_order_relaxed) == 0) return nullptr;  // no model quantized: no lock
@@ -178,24 +288,29 @@ Int8Registry& registry() {
 
 }  // namespace
 
+namespace {
+
+// Whether the AVX-512 VNNI kernel runs here (core::use_avx2_kernels_only sets it aside in tests).
+bool use_vnni() {
+  static const bool yes = cpu_has("avx512f") && cpu_has("avx512bw") && cpu_has("avx512vl") && cpu_has("avx512vnni");
+  return yes && core::cpu_has_avx512f();
+}
+
+}  // namespace
+
 std::string int8_linear_unsupported_reason() {
 #ifndef FSQ_AVX512_KERNELS
-  return "this build has no AVX-512 kernels (it needs x86-64 and GCC or Clang)";
+  return "this build has no x86-64 vector kernels (it needs x86-64 and GCC or Clang)";
 #else
-  std::vector<std::string> missing;
-  for (const char* f : {"avx512f", "avx512bw", "avx512vl", "avx512vnni"})
-    if (!cpu_has(f)) missing.emplace_back(f);
-  if (missing.empty()) return "";
-  std::string names;
-  for (const auto& f : missing) names += (names.empty() ? "" : ", ") + f;
-  return "this CPU lacks " + names + " (the int8 kernel needs AVX-512 VNNI; see the flags in /proc/cpuinfo)";
+  if (use_vnni() || core::cpu_has_avx2_fma()) return "";
+  return "this CPU lacks both AVX-512 VNNI (avx512_vnni) and AVX2 with FMA (avx2, fma), one of which the int8 "
+         "kernel needs (see the flags in /proc/cpuinfo)";
 #endif
 }
 
-bool int8_linear_supported() {
-  static const bool yes = int8_linear_unsupported_reason().empty();
-  return yes;
-}
+bool int8_linear_supported() { return int8_linear_unsupported_reason().empty(); }
+
+const char* int8_linear_kernel() { return use_vnni() ? "AVX-512 VNNI" : "AVX2"; }
 
 Int8Weight Int8Weight::quantize(const at::Tensor& weight) {
   TORCH_CHECK(weight.dim() == 2 && weight.device().is_cpu() && weight.scalar_type() == at::kFloat,
@@ -246,7 +361,10 @@ at::Tensor int8_linear(const at::Tensor& x, const Int8Weight& weight, const at::
   const int64_t groups = weight.panels_.size(1), k4 = groups * kGroup;
   std::vector<uint8_t> xq(static_cast<size_t>(m * k4));
   std::vector<float> x_scales(static_cast<size_t>(m));
-  quantize_rows(input.data_ptr<float>(), k, m, k, k4, xq.data(), x_scales.data());
+  const bool vnni = use_vnni();
+  (vnni ? quantize_rows : quantize_rows_avx2)(input.data_ptr<float>(), k, m, k, k4, xq.data(), x_scales.data());
+  const Kernel* kernels = vnni ? kKernels : kKernelsAvx2;
+  const int64_t rows_per_call = vnni ? kRows : kRowsAvx2;
   const int8_t* pp = weight.panels_.data_ptr<int8_t>();
   const float* ws = weight.scales_.data_ptr<float>();
   const int32_t* comp = weight.compensation_.data_ptr<int32_t>();
@@ -259,10 +377,10 @@ at::Tensor int8_linear(const at::Tensor& x, const Int8Weight& weight, const at::
       const int8_t* panel = pp + p * groups * kPanel * kGroup;
       const int64_t col = p * kPanel;
       const int64_t cols = std::min(kPanel, n - col);
-      for (int64_t row = 0; row < m; row += kRows) {
-        const int64_t rows = std::min(kRows, m - row);
-        kKernels[rows - 1](xq.data() + row * k4, k4, panel, groups, x_scales.data() + row, ws + col, comp + col,
-                           bp ? bp + col : nullptr, cp + row * n + col, n, cols);
+      for (int64_t row = 0; row < m; row += rows_per_call) {
+        const int64_t rows = std::min(rows_per_call, m - row);
+        kernels[rows - 1](xq.data() + row * k4, k4, panel, groups, x_scales.data() + row, ws + col, comp + col,
+                          bp ? bp + col : nullptr, cp + row * n + col, n, cols);
       }
     }
   });
@@ -272,8 +390,19 @@ at::Tensor int8_linear(const at::Tensor& x, const Int8Weight& weight, const at::
 
 void use_int8_weight(const at::Tensor& weight) {
   TORCH_CHECK(int8_linear_supported(), "use_int8_weight: ", int8_linear_unsupported_reason());
-  registry().add(weight);
+  registry().add(weight, /*frozen=*/false);
 }
+
+void quantize_in_place(at::Tensor weight) {
+  TORCH_CHECK(int8_linear_supported(), "quantize_in_place: ", int8_linear_unsupported_reason());
+  TORCH_CHECK(weight.device().is_cpu() && weight.scalar_type() == at::kFloat && weight.dim() == 2,
+              "quantize_in_place: a float32 (N, K) CPU weight expected");
+  registry().add(weight, /*frozen=*/true);
+  torch::NoGradGuard no_grad;
+  weight.set_data(at::empty({0}, weight.options()));
+}
+
+bool quantized_in_place(const at::Tensor& weight) { return registry().frozen(weight); }
 
 std::shared_ptr<const Int8Weight> int8_weight_for(const at::Tensor& weight) { return registry().find(weight); }
 

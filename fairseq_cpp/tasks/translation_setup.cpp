@@ -15,6 +15,7 @@
 #include "fairseq_cpp/models/ensemble.h"
 #include "fairseq_cpp/models/quantize.h"
 #include "fairseq_cpp/nn/packed_linear.h"
+#include "fairseq_cpp/nn/quantized_linear.h"
 #include "fairseq_cpp/tasks/distributed_setup.h"
 
 namespace fairseq_cpp::tasks {
@@ -135,8 +136,11 @@ Translation load_translation(const config::Config& cli, const std::string& split
   t.model = members.size() == 1 ? members[0] : std::make_shared<models::EnsembleModel>(members);
   t.model->eval();
   if (int8) {
-    const size_t quantized = models::quantize_int8(*t.model);
-    log::info("generate", "--quantize int8: {} linear weights quantized per output channel (AVX-512 VNNI)", quantized);
+    models::QuantizeOptions options;
+    options.in_place = true;  // the float32 weights are freed: generation reads only the int8 ones
+    const size_t quantized = models::quantize_int8(*t.model, options);
+    log::info("generate", "--quantize int8: {} linear weights quantized per output channel, in place ({} kernel)",
+              quantized, nn::int8_linear_kernel());
   } else if (!bf16 && t.device.is_cpu() && nn::packed_linear_supported()) {
     const size_t packed = models::pack_weights_in_place(*t.model);
     log::info("generate", "{} linear weights packed in place for the {} kernel", packed,

@@ -64,6 +64,41 @@ TEST(QuantizeInt8, QuantizesEveryLinearLayerAndTheOutputProjection) {
   }
 }
 
+// In place (generation's way): the float32 weights are freed but a shared embedding's, and the
+// log-probabilities are those of the int8 copies to the bit.
+TEST(QuantizeInt8, InPlaceFreesTheWeightsButAnEmbeddingsWithTheSameBits) {
+  if (!nn::int8_linear_supported()) GTEST_SKIP() << nn::int8_linear_unsupported_reason();
+  torch::NoGradGuard no_grad;
+  at::Tensor src = torch::tensor({1, 1, 5, 6, 2, 7, 8, 9, 10, 2, 1, 11, 12, 13, 2}).view({3, 5});
+  at::Tensor lengths = torch::tensor({3, 5, 4});
+  at::Tensor prev = torch::tensor({2, 14, 15, 16, 17, 18, 2, 19, 20, 21, 22, 23, 2, 24, 25, 26, 27, 28}).view({3, 6});
+  for (bool shared : {false, true}) {
+    auto copies = tiny_model(shared), in_place = tiny_model(shared);
+    auto log_probs = [&](TransformerModel& m) {
+      return EncoderDecoderModel::log_probs(m.decode(prev, m.encode(src, lengths)));
+    };
+    quantize_int8(*copies);
+    const at::Tensor expected = log_probs(*copies);
+    QuantizeOptions options;
+    options.in_place = true;
+    const size_t quantized = quantize_int8(*in_place, options);
+    EXPECT_EQ(quantized, quantize_int8(*tiny_model(shared)));
+    const std::string output = shared ? "decoder.embed_tokens.weight" : "decoder.embed_out";
+    size_t freed = 0;
+    for (const auto& p : in_place->named_parameters()) {
+      const bool linear = ends_with(p.key(), "proj.weight") || ends_with(p.key(), "fc1.weight") ||
+                          ends_with(p.key(), "fc2.weight") || p.key() == output;
+      EXPECT_EQ(nn::int8_weight_for(p.value()) != nullptr, linear) << p.key();
+      const bool embedding = p.key().find("embed_tokens") != std::string::npos;
+      EXPECT_EQ(nn::quantized_in_place(p.value()), linear && !embedding) << p.key();
+      EXPECT_EQ(p.value().numel() == 0, linear && !embedding) << p.key() << ": freed once quantized in place";
+      freed += p.value().numel() == 0;
+    }
+    EXPECT_EQ(freed, quantized - (shared ? 1 : 0)) << "all but the shared embedding";
+    EXPECT_TRUE(torch::equal(log_probs(*in_place), expected)) << "shared " << shared;
+  }
+}
+
 TEST(QuantizeInt8, LogProbabilitiesStayCloseToFloat32s) {
   if (!nn::int8_linear_supported()) GTEST_SKIP() << nn::int8_linear_unsupported_reason();
   torch::NoGradGuard no_grad;

@@ -6,8 +6,10 @@
 #include <torch/nn/functional/linear.h>
 #include "tests/support/torch.h"
 
+#include "fairseq_cpp/core/runtime.h"
 #include "fairseq_cpp/nn/packed_linear.h"
 #include "fairseq_cpp/nn/quantized_linear.h"
+#include "tests/support/cpu_kernels.h"
 
 namespace fairseq_cpp::nn {
 namespace {
@@ -15,7 +17,7 @@ namespace {
 // Per-row symmetric int8 scales of x (M, K): max |x_r| / 127, float64.
 at::Tensor row_scales(const at::Tensor& x) { return x.abs().amax(1).to(torch::kFloat64) / 127.0; }
 
-TEST(Int8Linear, RefusesClearlyWithoutAvx512Vnni) {
+TEST(Int8Linear, RefusesClearlyWithoutAvx512VnniOrAvx2) {
   if (int8_linear_supported()) {
     EXPECT_EQ(int8_linear_unsupported_reason(), "");
     return;
@@ -50,47 +52,124 @@ TEST(Int8Linear, QuantizesEachOutputChannelSymmetrically) {
   }
 }
 
+// y64 (M, N) = x w^T + b within the bound that the rounding of x and w to int8 allows.
+void expect_within_quantization_bound(const at::Tensor& x, const at::Tensor& w, const at::Tensor& b,
+                                      const at::Tensor& y64, const std::string& what) {
+  at::Tensor x64 = x.to(torch::kFloat64), w64 = w.to(torch::kFloat64);
+  at::Tensor exact = torch::matmul(x64, w64.t()) + b.to(torch::kFloat64);
+  // |x.w - x'.w'| <= sum_k |x_k| sw/2 + |w_k| sx/2 + sx sw/4 with x', w' the rounded values.
+  at::Tensor sx = row_scales(x).unsqueeze(1), sw = (w.abs().amax(1).to(torch::kFloat64) / 127.0).unsqueeze(0);
+  at::Tensor bound = x64.abs().sum(1, true) * sw / 2 + sx * w64.abs().sum(1).unsqueeze(0) / 2 + sx * sw * x.size(1) / 4;
+  at::Tensor excess = (y64 - exact).abs() - bound - 1e-5 * exact.abs() - 1e-6;
+  EXPECT_LE(excess.max().item<double>(), 0.0) << what;
+}
+
 TEST(Int8Linear, WithinTheQuantizationBoundOfAFloat64Linear) {
   if (!int8_linear_supported()) GTEST_SKIP() << int8_linear_unsupported_reason();
-  torch::manual_seed(7);
-  // Rows: 1..8 (each kernel height) and past it; columns: under, at and over one 32-wide panel;
-  // inner sizes: under one group of 4, ragged, the model's widths.
-  for (int64_t m : {1, 5, 8, 9, 23}) {
-    for (int64_t n : {1, 17, 32, 33, 100}) {
-      for (int64_t k : {3, 18, 256, 1024}) {
-        at::Tensor x = torch::randn({m, k});
-        at::Tensor w = torch::randn({n, k}) * 0.1;
-        at::Tensor b = torch::randn({n});
-        Int8Weight q = Int8Weight::quantize(w);
-        at::Tensor y = int8_linear(x, q, b).to(torch::kFloat64);
-        ASSERT_EQ(y.sizes(), (std::vector<int64_t>{m, n}));
-        at::Tensor x64 = x.to(torch::kFloat64), w64 = w.to(torch::kFloat64);
-        at::Tensor exact = torch::matmul(x64, w64.t()) + b.to(torch::kFloat64);
-        // |x.w - x'.w'| <= sum_k |x_k| sw/2 + |w_k| sx/2 + sx sw/4 with x', w' the rounded values.
-        at::Tensor sx = row_scales(x).unsqueeze(1), sw = (w.abs().amax(1).to(torch::kFloat64) / 127.0).unsqueeze(0);
-        at::Tensor bound = x64.abs().sum(1, true) * sw / 2 + sx * w64.abs().sum(1).unsqueeze(0) / 2 + sx * sw * k / 4;
-        at::Tensor excess = (y - exact).abs() - bound - 1e-5 * exact.abs() - 1e-6;
-        EXPECT_LE(excess.max().item<double>(), 0.0) << m << "x" << k << " by " << n << "x" << k;
-        // And the result is a real product, far better than the bound: relative error about 1%.
-        if (m * n > 100) {
-          const double rel = ((y - exact).norm() / (exact - b.to(torch::kFloat64)).norm()).item<double>();
-          EXPECT_LT(rel, 0.03) << m << "x" << k << " by " << n << "x" << k;
+  testing::for_each_cpu_kernel_family([] {
+    SCOPED_TRACE(int8_linear_kernel());
+    torch::manual_seed(7);
+    // Rows: 1..8 (each kernel height) and past it; columns: under, at and over one 32-wide panel;
+    // inner sizes: under one group of 4, ragged, the model's widths.
+    for (int64_t m : {1, 5, 8, 9, 23}) {
+      for (int64_t n : {1, 17, 32, 33, 100}) {
+        for (int64_t k : {3, 18, 256, 1024}) {
+          at::Tensor x = torch::randn({m, k});
+          at::Tensor w = torch::randn({n, k}) * 0.1;
+          at::Tensor b = torch::randn({n});
+          Int8Weight q = Int8Weight::quantize(w);
+          at::Tensor y = int8_linear(x, q, b).to(torch::kFloat64);
+          ASSERT_EQ(y.sizes(), (std::vector<int64_t>{m, n}));
+          const std::string shape = std::to_string(m) + "x" + std::to_string(k) + " by " + std::to_string(n);
+          expect_within_quantization_bound(x, w, b, y, shape);
+          // And the result is a real product, far better than the bound: relative error about 1%.
+          if (m * n > 100) {
+            at::Tensor exact = torch::matmul(x.to(torch::kFloat64), w.to(torch::kFloat64).t());
+            const double rel = ((y - b.to(torch::kFloat64) - exact).norm() / exact.norm()).item<double>();
+            EXPECT_LT(rel, 0.03) << shape;
+          }
+          // Without a bias: the same minus the bias.
+          at::Tensor no_bias = int8_linear(x, q).to(torch::kFloat64);
+          EXPECT_TRUE(torch::allclose(no_bias + b.to(torch::kFloat64), y, 1e-5, 1e-5));
         }
-        // Without a bias: the same minus the bias.
-        at::Tensor no_bias = int8_linear(x, q).to(torch::kFloat64);
-        EXPECT_TRUE(torch::allclose(no_bias + b.to(torch::kFloat64), y, 1e-5, 1e-5));
       }
     }
+    // Leading dimensions are kept; a non-contiguous input is read correctly; a zero row gives the bias.
+    at::Tensor x = torch::randn({4, 6, 40}).transpose(0, 1);
+    x[2][1].zero_();
+    at::Tensor w = torch::randn({50, 40}), b = torch::randn({50});
+    Int8Weight q = Int8Weight::quantize(w);
+    at::Tensor y = int8_linear(x, q, b);
+    ASSERT_EQ(y.sizes(), (std::vector<int64_t>{6, 4, 50}));
+    EXPECT_TRUE(torch::equal(y, int8_linear(x.contiguous(), q, b)));
+    EXPECT_TRUE(torch::equal(y[2][1], b));
+  });
+}
+
+// Every product at +-127 x 127 and all of one sign: the sums a 16-bit intermediate would saturate
+// (two u8 x s8 products reach 2 x 255 x 127 with the input shifted into u8) are exact, K x 127^2.
+TEST(Int8Linear, ExtremeProductsSumExactly) {
+  if (!int8_linear_supported()) GTEST_SKIP() << int8_linear_unsupported_reason();
+  testing::for_each_cpu_kernel_family([] {
+    SCOPED_TRACE(int8_linear_kernel());
+    for (int64_t k : {4, 37, 1024}) {
+      at::Tensor signs = torch::where(torch::arange(k).remainder(3) == 0, -1.0, 1.0).to(torch::kFloat);
+      // Rows: x = signs (every product +127^2), -signs (every one -127^2), and a row of halves.
+      at::Tensor x = torch::stack({signs, -signs, signs * 0.5});
+      at::Tensor w = torch::stack({signs, signs * 3.0, -signs});  // scales 1/127, 3/127, 1/127
+      at::Tensor y = int8_linear(x, Int8Weight::quantize(w));
+      const double kk = static_cast<double>(k);
+      at::Tensor expected =
+          torch::tensor({kk, 3 * kk, -kk, -kk, -3 * kk, kk, kk / 2, 3 * kk / 2, -kk / 2}, torch::kFloat64).view({3, 3});
+      EXPECT_TRUE(torch::allclose(y.to(torch::kFloat64), expected, 1e-6, 0)) << "K " << k << "\n" << y;
+    }
+  });
+}
+
+// On a CPU with AVX-512 VNNI, its kernel and the AVX2 one give the same bits.
+TEST(Int8Linear, Avx2AndVnniKernelsGiveTheSameBits) {
+  if (!int8_linear_supported() || std::string(int8_linear_kernel()) != "AVX-512 VNNI" || !core::cpu_has_avx2_fma())
+    GTEST_SKIP() << "needs a CPU with both AVX-512 VNNI and AVX2; this one runs the "
+                 << (int8_linear_supported() ? int8_linear_kernel() : "no int8") << " kernel";
+  torch::manual_seed(17);
+  for (int64_t m : {1, 2, 3, 9, 640}) {
+    at::Tensor x = torch::randn({m, 512});
+    at::Tensor w = torch::randn({1000, 512}) * 0.05, b = torch::randn({1000});
+    Int8Weight q = Int8Weight::quantize(w);
+    const at::Tensor vnni = int8_linear(x, q, b);
+    core::use_avx2_kernels_only(true);
+    const std::string kernel = int8_linear_kernel();
+    const at::Tensor avx2 = int8_linear(x, q, b);
+    core::use_avx2_kernels_only(false);
+    EXPECT_EQ(kernel, "AVX2");
+    EXPECT_TRUE(torch::equal(vnni, avx2)) << m << " rows";
   }
-  // Leading dimensions are kept; a non-contiguous input is read correctly; a zero row gives the bias.
-  at::Tensor x = torch::randn({4, 6, 40}).transpose(0, 1);
-  x[2][1].zero_();
-  at::Tensor w = torch::randn({50, 40}), b = torch::randn({50});
-  Int8Weight q = Int8Weight::quantize(w);
-  at::Tensor y = int8_linear(x, q, b);
-  ASSERT_EQ(y.sizes(), (std::vector<int64_t>{6, 4, 50}));
-  EXPECT_TRUE(torch::equal(y, int8_linear(x.contiguous(), q, b)));
-  EXPECT_TRUE(torch::equal(y[2][1], b));
+}
+
+TEST(Int8Linear, QuantizedInPlaceTheWeightIsFreedAndStillMultiplies) {
+  if (!int8_linear_supported()) GTEST_SKIP() << int8_linear_unsupported_reason();
+  torch::manual_seed(19);
+  const size_t before = int8_weight_count();
+  at::Tensor x = torch::randn({5, 3, 48});
+  at::Tensor b = torch::randn({70});
+  {
+    at::Tensor w = torch::randn({70, 48}).requires_grad_();
+    const at::Tensor expected = int8_linear(x, Int8Weight::quantize(w.detach()), b);
+    EXPECT_FALSE(quantized_in_place(w));
+    quantize_in_place(w);
+    EXPECT_TRUE(quantized_in_place(w));
+    EXPECT_EQ(w.numel(), 0) << "the float32 values are freed";
+    EXPECT_EQ(int8_weight_count(), before + 1);
+    EXPECT_TRUE(torch::equal(scoped_linear(x, w, b), expected)) << "outside a scope, gradients enabled";
+    {
+      PackedLinearScope scope;
+      EXPECT_TRUE(torch::equal(scoped_linear(x, w, b), expected)) << "inside a scope";
+    }
+    EXPECT_THROW(scoped_linear(torch::randn({2, 47}), w, b), c10::Error) << "a wrong input width";
+    at::Tensor other = torch::randn({70, 48});
+    EXPECT_FALSE(quantized_in_place(other));
+  }
+  EXPECT_EQ(int8_weight_count(), before) << "dropped with its tensor";
 }
 
 TEST(Int8Linear, ScopedLinearRunsRegisteredWeightsWithoutGradients) {

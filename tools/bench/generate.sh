@@ -66,8 +66,9 @@ ct2_backend="$(CT2_VERBOSE=1 "$python" -c "import ctranslate2; ctranslate2.Trans
   sed -n 's/.*\(Selected ISA: [A-Z0-9]*\|SGEMM backend: [A-Za-z]*\|GEMM_S8 backend: [A-Za-z]*\).*/\1/p' | paste -sd, -)"
 
 engines=(ours ours-int8 ct2-float32 ct2-int8)
-# Our int8 kernel needs AVX-512 VNNI: without it, float32 only.
-grep -qw avx512_vnni /proc/cpuinfo || { engines=(ours ct2-float32); echo "(no AVX-512 VNNI on this CPU: float32 only)"; }
+# Our int8 kernel needs AVX-512 VNNI or AVX2 with FMA: without them, float32 only.
+grep -qwE 'avx512_vnni|avx2' /proc/cpuinfo && grep -qw fma /proc/cpuinfo ||
+  { engines=(ours ct2-float32); echo "(neither AVX-512 VNNI nor AVX2 on this CPU: float32 only)"; }
 run_engine() {  # ENGINE RUN: one whole process; its output in $tmp/ENGINE.RUN.{txt,log,time}
   local engine=$1 i=$2 out="$tmp/$1.$2"
   case "$engine" in

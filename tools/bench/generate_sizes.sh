@@ -98,8 +98,9 @@ run_engine() {  # SIZE ENGINE RUN: one whole process; "SECONDS KB" in $work/SIZE
 
 median() { sort -g | awk '{a[NR]=$0} END {print a[int((NR+1)/2)]}'; }
 engines=(ours ct2-float32 ours-int8 ct2-int8)
-# Our int8 kernel needs AVX-512 VNNI: without it, float32 only (the int8 rows say why).
-grep -qw avx512_vnni /proc/cpuinfo || { engines=(ours ct2-float32); echo "(no AVX-512 VNNI on this CPU: float32 only)"; }
+# Our int8 kernel needs AVX-512 VNNI or AVX2 with FMA: without them, float32 only.
+grep -qwE 'avx512_vnni|avx2' /proc/cpuinfo && grep -qw fma /proc/cpuinfo ||
+  { engines=(ours ct2-float32); echo "(neither AVX-512 VNNI nor AVX2 on this CPU: float32 only)"; }
 declare -A names=([ours]="fairseq-cpp-generate float32" [ours-int8]="fairseq-cpp-generate --quantize int8"
   [ct2-float32]="CTranslate2 float32" [ct2-int8]="CTranslate2 int8")
 cpu="$(lscpu | sed -n 's/^Model name: *//p' | head -1)"

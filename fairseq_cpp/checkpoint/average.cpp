@@ -1,8 +1,5 @@
 #include "fairseq_cpp/checkpoint/average.h"
 
-#include <sys/mman.h>
-#include <unistd.h>
-
 #include <algorithm>
 #include <filesystem>
 #include <regex>
@@ -17,16 +14,6 @@ namespace fairseq_cpp::checkpoint {
 namespace fs = std::filesystem;
 
 namespace {
-
-// Gives the pages under `t` back to the kernel. Only for tensors of a mapped checkpoint that were
-// read and never written: a mapped page is read from the file again when touched.
-void drop_pages(const at::Tensor& t) {
-  static const uintptr_t page = static_cast<uintptr_t>(::sysconf(_SC_PAGESIZE));
-  const auto begin = reinterpret_cast<uintptr_t>(t.storage().data_ptr().get());
-  const uintptr_t end = begin + t.storage().nbytes();
-  const uintptr_t first = (begin + page - 1) / page * page, last = end / page * page;  // whole pages inside
-  if (last > first) ::madvise(reinterpret_cast<void*>(first), last - first, MADV_DONTNEED);
-}
 
 std::string shape(const at::Tensor& t) { return c10::str(t.sizes()); }
 
@@ -117,7 +104,7 @@ StateDict average_checkpoints(const std::vector<std::string>& paths) {
     const at::Tensor& p = item.value();
     sums.emplace_back(item.key(), p.to(p.is_floating_point() ? at::kDouble : at::kLong, /*non_blocking=*/false,
                                        /*copy=*/true));
-    drop_pages(p);
+    release_mapped_pages(p);
   }
   for (size_t i = 1; i < paths.size(); ++i) {
     TensorDict model = model_entry(load_file(paths[i], Reading::kMapped), paths[i]);
@@ -136,7 +123,7 @@ StateDict average_checkpoints(const std::vector<std::string>& paths) {
                          paths[0]);
       }
       sum.add_(p.to(sum.scalar_type()));
-      drop_pages(p);
+      release_mapped_pages(p);
     }
   }
   TensorDict averaged;

@@ -193,6 +193,9 @@ struct Mapping {
   size_t size;
 };
 
+// The deleter of a mapped record's storage: drops its reference to the mapping.
+void release_mapping_reference(void* owner) { delete static_cast<std::shared_ptr<Mapping>*>(owner); }
+
 // The storage of every tensor record ("ROOT/data/KEY", of the sizes verify_file found), as a view
 // of the file mapped into memory: the unpickler takes them from `storages` instead of reading.
 void map_storages(const std::string& path, const std::map<std::string, uint64_t>& record_sizes,
@@ -215,13 +218,21 @@ void map_storages(const std::string& path, const std::map<std::string, uint64_t>
     if (offset > mapping->size || bytes > mapping->size - offset)
       raise<DataError>("{} is damaged and was not used: record {} runs past the end of the file", path, name);
     auto* owner = new std::shared_ptr<Mapping>(mapping);
-    at::DataPtr data(static_cast<char*>(base) + offset, owner,
-                     [](void* p) { delete static_cast<std::shared_ptr<Mapping>*>(p); }, at::kCPU);
+    at::DataPtr data(static_cast<char*>(base) + offset, owner, &release_mapping_reference, at::kCPU);
     storages.addStorage(key, c10::Storage(c10::Storage::use_byte_size_t(), bytes, std::move(data), nullptr, false));
   }
 }
 
 }  // namespace
+
+void release_mapped_pages(const at::Tensor& t) {
+  if (!t.defined() || !t.has_storage() || t.storage().data_ptr().get_deleter() != &release_mapping_reference) return;
+  static const uintptr_t page = static_cast<uintptr_t>(::sysconf(_SC_PAGESIZE));
+  const auto begin = reinterpret_cast<uintptr_t>(t.storage().data_ptr().get());
+  const uintptr_t end = begin + t.storage().nbytes();
+  const uintptr_t first = (begin + page - 1) / page * page, last = end / page * page;  // whole pages inside
+  if (last > first) ::madvise(reinterpret_cast<void*>(first), last - first, MADV_DONTNEED);
+}
 
 StateDict new_state_dict() { return c10::impl::GenericDict(c10::StringType::get(), c10::AnyType::get()); }
 
@@ -404,6 +415,7 @@ void load_model_state(torch::nn::Module& module, const TensorDict& state, const 
       return;
     }
     target.copy_(source);
+    release_mapped_pages(source);
   };
   for (const auto& item : params) copy_into(item.key(), item.value());
   for (const auto& item : buffers) copy_into(item.key(), item.value());

@@ -40,11 +40,17 @@ enum class Reading { kCopy, kMapped };
 // Reads a checkpoint. Throws UserError when `path` does not exist, DataError when it is truncated,
 // not a torch zip, or lacks "model"/"cfg" (with a hint to tools/fairseq-import for fairseq files).
 StateDict load_file(const std::string& path, Reading reading = Reading::kCopy);
+// Gives the resident pages under `t` back to the kernel when `t` is a tensor of a checkpoint loaded
+// with Reading::kMapped that was only read (touched again, a page is read from the file again);
+// does nothing for any other tensor. load_model_state calls it on each record it copied, so that a
+// mapped checkpoint's pages do not stay resident beside the model they were copied into.
+void release_mapped_pages(const at::Tensor& t);
 
 // Parameters and buffers of `module` by fairseq name (on the CPU, detached).
 TensorDict model_state(const torch::nn::Module& module);
-// Copies `state` into `module`'s parameters. Throws DataError naming `origin` and the first keys
-// that are missing, unexpected, or of another shape.
+// Copies `state` into `module`'s parameters (releasing each mapped record's pages once copied).
+// Throws DataError naming `origin` and the first keys that are missing, unexpected, or of another
+// shape.
 void load_model_state(torch::nn::Module& module, const TensorDict& state, const std::string& origin);
 // The "model" entry of a loaded checkpoint as a name -> tensor dict.
 TensorDict model_entry(const StateDict& checkpoint, const std::string& origin);

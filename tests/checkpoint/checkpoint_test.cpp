@@ -83,6 +83,51 @@ TEST(Checkpoint, SaveAndLoadRoundTripTheModelAndConfig) {
   EXPECT_EQ(loaded.at("extra_state").toGenericDict().at("num_updates").toInt(), 17);
 }
 
+// This process's resident set in MiB (/proc/self/statm).
+double resident_mib() {
+  std::ifstream statm("/proc/self/statm");
+  double pages_total = 0, pages_resident = 0;
+  statm >> pages_total >> pages_resident;
+  return pages_resident * static_cast<double>(::sysconf(_SC_PAGESIZE)) / (1 << 20);
+}
+
+// A mapped checkpoint's record gives its pages back once load_model_state copied it: the resident
+// set shrinks by the record's 32 MiB, and the record still reads its values (from the file again).
+// A tensor of a checkpoint read into memory is left alone.
+TEST(Checkpoint, MappedRecordsGiveTheirPagesBackOnceCopied) {
+  testing::TempDir dir;
+  const std::string path = dir.path() + "/checkpoint_last.pt";
+  torch::manual_seed(4);
+  const at::Tensor values = torch::randn({8 << 20});  // 32 MiB
+  {
+    StateDict state = new_state_dict();
+    TensorDict model;
+    model.insert("w", values);
+    state.insert(kModelKey, model);
+    state.insert(kConfigKey, config::dump_config(config::Config{}));
+    save_file(path, state);
+  }
+  torch::nn::Module module;
+  at::Tensor w = module.register_parameter("w", torch::zeros({8 << 20}));
+  StateDict mapped = load_file(path, Reading::kMapped);
+  const at::Tensor record = model_entry(mapped, path).at("w");
+  const double before = resident_mib();
+  EXPECT_EQ(record.sum().item<float>(), values.sum().item<float>());  // its pages are now resident
+  const double touched = resident_mib();
+  EXPECT_GT(touched - before, 24.0) << "reading the mapped record made it resident";
+  load_model_state(module, model_entry(mapped, path), path);
+  const double copied = resident_mib();
+  EXPECT_LT(copied, touched - 24.0) << "resident MiB: " << before << " before, " << touched << " read, " << copied
+                                    << " copied";
+  EXPECT_TRUE(torch::equal(w, values));
+  EXPECT_TRUE(torch::equal(record, values)) << "read again from the file";
+
+  StateDict read = load_file(path);
+  const at::Tensor in_memory = model_entry(read, path).at("w");
+  release_mapped_pages(in_memory);
+  EXPECT_TRUE(torch::equal(in_memory, values)) << "not mapped: untouched";
+}
+
 TEST(Checkpoint, OnlyTheUnfinishedFilesOfSavesAreRemoved) {
   testing::TempDir dir;
   EXPECT_EQ(temporary_name("checkpoint_last.pt"), ".checkpoint_last.pt.tmp." + std::to_string(::getpid()));

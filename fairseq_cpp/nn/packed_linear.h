@@ -15,7 +15,7 @@
 // Outside a scope, for tensors that need gradients, off CPU, not float32, or on a CPU without
 // AVX-512F or AVX2 with FMA, nn::scoped_linear is ATen's linear (at::linear). A weight registered by
 // nn::use_int8_weight (quantized_linear.h) runs int8 whenever no gradient is needed, inside a
-// scope or not.
+// scope or not; one quantized in place (nn::quantize_in_place) always runs int8.
 
 #include <ATen/Tensor.h>
 

@@ -60,7 +60,6 @@ struct Entry {
   int64_t version;
   std::vector<int64_t> sizes, strides;
   at::Tensor packed;
-  int64_t n, k;         // the weight's shape (N, K) when packed
   bool frozen = false;  // pack_in_place: the tensor's own values are gone; the panels are the weight
 };
 
@@ -298,7 +297,7 @@ at::Tensor scoped_linear(const at::Tensor& x, const at::Tensor& weight, const at
       at::GradMode::is_enabled() && (x.requires_grad() || weight.requires_grad() || (bias.defined() && bias.requires_grad()));
   if (weight.numel() == 0 && x.device().is_cpu()) {  // packed or quantized in place: no gradient reaches it
     if (auto in_place = packed_weights().frozen(weight)) return multiply(x, *in_place, bias);
-    if (quantized_in_place(weight)) return int8_linear(x, *int8_weight_for(weight), bias);
+    if (auto quantized = int8_weight_for(weight)) return int8_linear(x, *quantized, bias);  // quantized in place
   }
   if (!needs_grad && x.device().is_cpu() && x.scalar_type() == at::kFloat) {
     if (auto quantized = int8_weight_for(weight)) return int8_linear(x, *quantized, bias);  // --quantize int8

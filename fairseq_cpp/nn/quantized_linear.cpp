@@ -308,7 +308,11 @@ std::string int8_linear_unsupported_reason() {
 #endif
 }
 
-bool int8_linear_supported() { return int8_linear_unsupported_reason().empty(); }
+bool int8_linear_supported() {
+  // The same with core::use_avx2_kernels_only: a CPU with VNNI has AVX2.
+  static const bool yes = int8_linear_unsupported_reason().empty();
+  return yes;
+}
 
 const char* int8_linear_kernel() { return use_vnni() ? "AVX-512 VNNI" : "AVX2"; }
 

@@ -8,6 +8,7 @@
 #include <gtest/gtest.h>
 #include "tests/support/torch.h"
 
+#include <atomic>
 #include <chrono>
 #include <functional>
 #include <iostream>
@@ -931,21 +932,25 @@ TEST_P(Training, ShardedGradientsGiveTheUnshardedUpdate) {
 }
 
 // A bucket that a rank never joins names itself: the other rank's error says which all-reduce of
-// which bucket at which update, within the gang's timeout.
+// which bucket at which update, within the gang's timeout. Rank 1 stays away until rank 0 has its
+// answer, or 40 s: an error that came only when rank 1 left would take 40 s, and the bound below
+// is far from both that and a loaded machine's few seconds (the 3 s timeout, the probe of the
+// peers, this update's own forward and backward: 7.5 s measured with 7 busy threads on 2 cores).
 TEST_P(Training, AMissingBucketAllReduceNamesItself) {
   std::vector<std::shared_ptr<models::TransformerModel>> models{make_model(), make_model()};
   std::string error;
-  double seconds = 0, first_step = 0;
+  double seconds = 0;
+  std::atomic<bool> answered{false};
   const std::vector<data::Batch> batches{make_batch(3, 2200), make_batch(3, 2201), make_batch(3, 2300)};
   on_ranks(2, 3, device(), [&](int r, distributed::Gang& gang) {
     auto trainer = make_trainer(models[static_cast<size_t>(r)], gang);
-    const auto t_first = std::chrono::steady_clock::now();
     trainer->train_step({batches[static_cast<size_t>(r)]});
-    if (r == 1) {
-      std::this_thread::sleep_for(std::chrono::seconds(12));  // rank 1 never starts update 2
+    if (r == 1) {  // rank 1 never starts update 2
+      const auto until = std::chrono::steady_clock::now() + std::chrono::seconds(40);
+      while (!answered && std::chrono::steady_clock::now() < until)
+        std::this_thread::sleep_for(std::chrono::milliseconds(50));
       return;
     }
-    first_step = std::chrono::duration<double>(std::chrono::steady_clock::now() - t_first).count();
     const auto t0 = std::chrono::steady_clock::now();
     try {
       trainer->train_step({batches[2]});
@@ -953,16 +958,14 @@ TEST_P(Training, AMissingBucketAllReduceNamesItself) {
       error = e.what();
     }
     seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    answered = true;
     // (On CUDA this test has taken minutes to end, error or not: this line tells whether the error
     // came in time and the rest went to the ranks' teardown.)
     std::cerr << "rank 0's update 2 ended after " << seconds << " s: " << error.substr(0, 120) << "\n";
   });
   EXPECT_NE(error.find("all-reduce of gradient bucket 1 of "), std::string::npos) << error;
   EXPECT_NE(error.find(" at update 2 failed on rank 0 of 2"), std::string::npos) << error;
-  // The gang's 3 s timeout plus this update's own forward and backward (as long as the first
-  // update's, more under a loaded machine), well before rank 1 would leave at 12 s.
-  EXPECT_LT(seconds, 3 + 2 * first_step + 1.5) << error << " (the first update took " << first_step << " s)";
-  EXPECT_LT(seconds, 11.0) << error;
+  EXPECT_LT(seconds, 25.0) << error;
 }
 
 // zero_sharding os and os_grad under fp16's loss scaler (issue 36), on 2 and 3 Gloo workers with

@@ -4,7 +4,6 @@
 #include <vector>
 
 #include <c10/core/ScalarType.h>
-#include <torch/nn/modules/embedding.h>
 #include <torch/nn/modules/linear.h>
 
 #include "fairseq_cpp/core/errors.h"
@@ -50,16 +49,8 @@ size_t quantize_int8(torch::nn::Module& model, const QuantizeOptions& options) {
     for (const at::Tensor& w : weights) nn::use_int8_weight(w);
     return weights.size();
   }
-  std::unordered_set<const c10::TensorImpl*> embeddings;
-  for (const auto& module : model.modules(/*include_self=*/true))
-    if (const auto* embedding = dynamic_cast<const torch::nn::EmbeddingImpl*>(module.get()))
-      embeddings.insert(embedding->weight.unsafeGetTensorImpl());
   for (const at::Tensor& w : weights) {
-    if (embeddings.count(w.unsafeGetTensorImpl()) != 0) {
-      nn::use_int8_weight(w);  // its lookups read the float32 rows
-      continue;
-    }
-    nn::quantize_in_place(w);
+    nn::quantize_in_place(w);     // a shared embedding's lookups then read its int8 rows (nn::int8_rows)
     core::release_free_memory();  // as pack_weights_in_place: the freed weight goes back now
   }
   return weights.size();

@@ -12,9 +12,9 @@ namespace fairseq_cpp::models {
 
 struct QuantizeOptions {
   bool output_projection = true;  // also the decoder's (vocabulary x width) output projection
-  // Free each float32 weight once quantized (nn::quantize_in_place), but an embedding's, whose
-  // lookups read its float32 rows. Afterwards the model can only run inference: not be trained,
-  // saved or moved.
+  // Free each float32 weight once quantized (nn::quantize_in_place). An embedding that shares its
+  // weight with the output projection then looks its rows up in int8, dequantized (nn::int8_rows),
+  // as CTranslate2 does. Afterwards the model can only run inference: not be trained, saved or moved.
   bool in_place = false;
 };
 

@@ -9,6 +9,7 @@
 #include "fairseq_cpp/nn/checkpoint.h"
 #include "fairseq_cpp/nn/dropout.h"
 #include "fairseq_cpp/nn/packed_linear.h"
+#include "fairseq_cpp/nn/quantized_linear.h"
 
 namespace fairseq_cpp::models {
 namespace {
@@ -96,11 +97,12 @@ bool checkpointing(const TransformerOptions& options, const torch::nn::Module& s
   return options.checkpoint_activations && stack.is_training() && at::GradMode::is_enabled();
 }
 
-// The embedding of `tokens`: its module's lookup, or the packed rows of a weight that generation
-// packed in place (shared with the output projection: nn::packed_rows).
+// The embedding of `tokens`: its module's lookup, or the rows of a weight that generation packed
+// or quantized in place (shared with the output projection: nn::packed_rows, nn::int8_rows).
 at::Tensor embed(torch::nn::Embedding& embedding, const at::Tensor& tokens) {
-  if (embedding->weight.numel() == 0 && nn::packed_in_place(embedding->weight))
-    return nn::packed_rows(embedding->weight, tokens);
+  const at::Tensor& weight = embedding->weight;
+  if (weight.numel() == 0 && nn::packed_in_place(weight)) return nn::packed_rows(weight, tokens);
+  if (weight.numel() == 0 && nn::quantized_in_place(weight)) return nn::int8_rows(weight, tokens);
   return embedding->forward(tokens);
 }
 

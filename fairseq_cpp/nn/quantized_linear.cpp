@@ -348,6 +348,17 @@ at::Tensor Int8Weight::values() const {
   return panels_.permute({0, 2, 1, 3}).reshape({panels * kPanel, groups * kGroup}).narrow(0, 0, n_).narrow(1, 0, k_);
 }
 
+at::Tensor Int8Weight::rows(const at::Tensor& indices) const {
+  const at::Tensor n = indices.to(at::kLong);
+  TORCH_CHECK(n.numel() == 0 || (n.min().item<int64_t>() >= 0 && n.max().item<int64_t>() < n_),
+              "Int8Weight::rows: indices in [0, ", n_, ") expected");
+  // Row n is column n % 32 of panel n / 32, in groups of 4: (P, K4/4, 32, 4)[n / 32, :, n % 32, :],
+  // which indexing puts in front: (..., K4/4, 4).
+  using at::indexing::Slice;
+  const at::Tensor q = panels_.index({n.div(kPanel, "floor"), Slice(), n.remainder(kPanel), Slice()});
+  return q.flatten(-2).narrow(-1, 0, k_).to(at::kFloat) * scales_.index({n}).unsqueeze(-1);
+}
+
 at::Tensor int8_linear(const at::Tensor& x, const Int8Weight& weight, const at::Tensor& bias) {
   TORCH_CHECK(int8_linear_supported(), "int8_linear: ", int8_linear_unsupported_reason());
   const int64_t n = weight.n_, k = weight.k_;
@@ -407,6 +418,11 @@ void quantize_in_place(at::Tensor weight) {
 }
 
 bool quantized_in_place(const at::Tensor& weight) { return registry().frozen(weight); }
+
+at::Tensor int8_rows(const at::Tensor& weight, const at::Tensor& indices) {
+  TORCH_CHECK(registry().frozen(weight), "int8_rows: the weight was not quantized in place");
+  return registry().find(weight)->rows(indices);
+}
 
 std::shared_ptr<const Int8Weight> int8_weight_for(const at::Tensor& weight) { return registry().find(weight); }
 

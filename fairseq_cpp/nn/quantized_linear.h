@@ -43,6 +43,9 @@ class Int8Weight {
   int64_t in_features() const { return k_; }
   at::Tensor scales() const;  // (N) float32: max_k |w_nk| / 127
   at::Tensor values() const;  // (N, K) int8: q_nk, unpacked (tests)
+  // Rows `indices` (integers in [0, N), any shape) as the kernel multiplies by them, dequantized:
+  // q_nk * scale_n in float32, (..., K).
+  at::Tensor rows(const at::Tensor& indices) const;
 
  private:
   friend at::Tensor int8_linear(const at::Tensor& x, const Int8Weight& weight, const at::Tensor& bias);
@@ -70,6 +73,11 @@ void use_int8_weight(const at::Tensor& weight);
 void quantize_in_place(at::Tensor weight);
 // Whether `weight` was quantized in place.
 bool quantized_in_place(const at::Tensor& weight);
+
+// The rows `indices` of a weight quantized in place, dequantized (Int8Weight::rows): how an
+// embedding that shares its weight with an output projection quantized in place looks its tokens
+// up, as CTranslate2's int8 embeddings do. Requires quantized_in_place(weight).
+at::Tensor int8_rows(const at::Tensor& weight, const at::Tensor& indices);
 // The quantized copy registered for `weight` (re-quantized if the tensor changed), or null.
 std::shared_ptr<const Int8Weight> int8_weight_for(const at::Tensor& weight);
 // Number of registered weights whose tensors are alive (tests).

@@ -172,6 +172,31 @@ TEST(Int8Linear, QuantizedInPlaceTheWeightIsFreedAndStillMultiplies) {
   EXPECT_EQ(int8_weight_count(), before) << "dropped with its tensor";
 }
 
+// Rows as an embedding shared with the output projection looks them up after quantize_in_place:
+// the unpacked values times their row's scale, within half a step of the float32 rows, for N and K
+// that fill neither a panel nor a group, any index shape; an index outside [0, N) is refused.
+TEST(Int8Linear, RowsOfAWeightQuantizedInPlaceAreItsDequantizedRows) {
+  if (!int8_linear_supported()) GTEST_SKIP() << int8_linear_unsupported_reason();
+  torch::manual_seed(23);
+  at::Tensor w = torch::randn({70, 45});
+  w[3].zero_();  // scale 0
+  const at::Tensor original = w.clone();
+  const Int8Weight q = Int8Weight::quantize(w);
+  const at::Tensor indices = torch::tensor({{0, 3, 31, 32}, {69, 64, 0, 45}});
+  const at::Tensor expected = q.values().to(at::kFloat).index({indices}) * q.scales().index({indices}).unsqueeze(-1);
+  const at::Tensor rows = q.rows(indices);
+  ASSERT_EQ(rows.sizes(), (std::vector<int64_t>{2, 4, 45}));
+  EXPECT_TRUE(torch::equal(rows, expected));
+  const at::Tensor half_step = (q.scales() / 2 * (1 + 1e-6)).index({indices}).unsqueeze(-1);
+  EXPECT_TRUE(((rows - original.index({indices})).abs() <= half_step).all().item<bool>());
+  EXPECT_TRUE(torch::equal(rows[0][1], torch::zeros({45})));
+  EXPECT_THROW(q.rows(torch::tensor({70})), c10::Error);
+  EXPECT_THROW(q.rows(torch::tensor({-1})), c10::Error);
+  EXPECT_THROW(int8_rows(w, indices), c10::Error) << "not quantized in place";
+  quantize_in_place(w);
+  EXPECT_TRUE(torch::equal(int8_rows(w, indices), expected)) << "the same rows from the weight quantized in place";
+}
+
 TEST(Int8Linear, ScopedLinearRunsRegisteredWeightsWithoutGradients) {
   if (!int8_linear_supported()) GTEST_SKIP() << int8_linear_unsupported_reason();
   torch::manual_seed(11);

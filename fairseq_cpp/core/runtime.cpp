@@ -5,6 +5,7 @@
 #include <dlfcn.h>
 #include <malloc.h>
 #include <sched.h>
+#include <sys/mman.h>
 #include <unistd.h>
 
 #include <vector>
@@ -75,6 +76,38 @@ void release_free_memory() {
   }
   // Every arena (jemalloc's MALLCTL_ARENAS_ALL): its dirty and muzzy pages.
   mallctl("arena.4096.purge", nullptr, nullptr, nullptr, 0);
+}
+
+int64_t release_file_pages() {
+  std::ifstream smaps("/proc/self/smaps");
+  struct Mapping {
+    uintptr_t start = 0, end = 0;
+    bool read_only_file = false;
+    int64_t rss_kb = 0, anonymous_kb = 0;
+  };
+  std::vector<Mapping> mappings;
+  std::string line;
+  while (std::getline(smaps, line)) {
+    unsigned long start = 0, end = 0, inode = 0;
+    char perms[8] = {};
+    unsigned long long offset = 0;
+    unsigned major = 0, minor = 0;
+    if (std::sscanf(line.c_str(), "%lx-%lx %7s %llx %x:%x %lu", &start, &end, perms, &offset, &major, &minor, &inode) ==
+        7) {
+      mappings.push_back({start, end, inode != 0 && perms[1] != 'w', 0, 0});
+    } else if (!mappings.empty()) {
+      long long kb = 0;
+      if (std::sscanf(line.c_str(), "Rss: %lld kB", &kb) == 1) mappings.back().rss_kb = kb;
+      if (std::sscanf(line.c_str(), "Anonymous: %lld kB", &kb) == 1) mappings.back().anonymous_kb = kb;
+    }
+  }
+  int64_t released = 0;
+  for (const Mapping& m : mappings) {
+    // Without write permission and without a private copy, every resident page is the file's.
+    if (!m.read_only_file || m.anonymous_kb != 0 || m.rss_kb == 0) continue;
+    if (madvise(reinterpret_cast<void*>(m.start), m.end - m.start, MADV_DONTNEED) == 0) released += m.rss_kb * 1024;
+  }
+  return released;
 }
 
 void exit_without_teardown(int code) {

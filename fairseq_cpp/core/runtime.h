@@ -53,6 +53,14 @@ std::string allocator_description();
 // Translation on the fixture, beam 5, batch 128: peak 426-445 MiB -> 360 MiB at the same speed.
 void release_free_memory();
 
+// Gives back the resident pages mapped read-only from files that this process holds no private copy
+// of: the code and constant data of the program and its shared libraries (Debian's LibTorch loads
+// about 290, OpenCV, FFmpeg and GDAL among them, which touch their pages while they start and never
+// again). A page still in use comes back from the page cache at its next touch, as the kernel's own
+// reclaim would bring it; a mapping with a private (written) page is left whole. For a program about
+// to run long after its start (translation, once the model is loaded). Returns the bytes given back.
+int64_t release_file_pages();
+
 // Ends the process with `code` once stdio is flushed, without the static destructors: LibTorch
 // 2.x's touch about 75 MiB at exit (translation of the fixture's test split: peak RSS 527 -> 446
 // MiB), and the system frees what the process holds at once. For the programs whose output is

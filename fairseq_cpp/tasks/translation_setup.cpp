@@ -146,6 +146,8 @@ Translation load_translation(const config::Config& cli, const std::string& split
     log::info("generate", "{} linear weights packed in place for the {} kernel", packed,
               core::cpu_has_avx512f() ? "AVX-512F" : "AVX2");
   }
+  // What the libraries touched only while they started leaves the resident set before the search.
+  core::release_file_pages();
   return t;
 }
 

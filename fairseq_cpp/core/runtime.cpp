@@ -92,9 +92,13 @@ int64_t release_file_pages() {
     char perms[8] = {};
     unsigned long long offset = 0;
     unsigned major = 0, minor = 0;
-    if (std::sscanf(line.c_str(), "%lx-%lx %7s %llx %x:%x %lu", &start, &end, perms, &offset, &major, &minor, &inode) ==
-        7) {
-      mappings.push_back({start, end, inode != 0 && perms[1] != 'w', 0, 0});
+    int path = 0;
+    if (std::sscanf(line.c_str(), "%lx-%lx %7s %llx %x:%x %lu %n", &start, &end, perms, &offset, &major, &minor, &inode,
+                    &path) == 7) {
+      // A file's, not a device's (a driver's mapping, as CUDA's of /dev/nvidia*, is left to it).
+      const bool file = inode != 0 && line.compare(static_cast<size_t>(path), 1, "/") == 0 &&
+                        line.compare(static_cast<size_t>(path), 5, "/dev/") != 0;
+      mappings.push_back({start, end, file && perms[1] != 'w', 0, 0});
     } else if (!mappings.empty()) {
       long long kb = 0;
       if (std::sscanf(line.c_str(), "Rss: %lld kB", &kb) == 1) mappings.back().rss_kb = kb;

@@ -57,8 +57,9 @@ void release_free_memory();
 // of: the code and constant data of the program and its shared libraries (Debian's LibTorch loads
 // about 290, OpenCV, FFmpeg and GDAL among them, which touch their pages while they start and never
 // again). A page still in use comes back from the page cache at its next touch, as the kernel's own
-// reclaim would bring it; a mapping with a private (written) page is left whole. For a program about
-// to run long after its start (translation, once the model is loaded). Returns the bytes given back.
+// reclaim would bring it. A mapping with a private (written) page is left whole, and so is a
+// device's. For a program about to run long after its start (translation on the CPU, once the
+// model is loaded). Returns the bytes given back.
 int64_t release_file_pages();
 
 // Ends the process with `code` once stdio is flushed, without the static destructors: LibTorch

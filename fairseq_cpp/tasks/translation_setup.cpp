@@ -147,7 +147,7 @@ Translation load_translation(const config::Config& cli, const std::string& split
               core::cpu_has_avx512f() ? "AVX-512F" : "AVX2");
   }
   // What the libraries touched only while they started leaves the resident set before the search.
-  core::release_file_pages();
+  if (t.device.is_cpu()) core::release_file_pages();
   return t;
 }
 

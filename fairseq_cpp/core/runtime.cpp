@@ -83,7 +83,7 @@ int64_t release_file_pages() {
   struct Mapping {
     uintptr_t start = 0, end = 0;
     bool read_only_file = false;
-    int64_t rss_kb = 0, anonymous_kb = 0;
+    int64_t rss_kb = 0, private_kb = 0;  // private: written pages, in memory (Anonymous) or swapped out (Swap)
   };
   std::vector<Mapping> mappings;
   std::string line;
@@ -102,13 +102,15 @@ int64_t release_file_pages() {
     } else if (!mappings.empty()) {
       long long kb = 0;
       if (std::sscanf(line.c_str(), "Rss: %lld kB", &kb) == 1) mappings.back().rss_kb = kb;
-      if (std::sscanf(line.c_str(), "Anonymous: %lld kB", &kb) == 1) mappings.back().anonymous_kb = kb;
+      if (std::sscanf(line.c_str(), "Anonymous: %lld kB", &kb) == 1) mappings.back().private_kb += kb;
+      if (std::sscanf(line.c_str(), "Swap: %lld kB", &kb) == 1) mappings.back().private_kb += kb;
     }
   }
   int64_t released = 0;
   for (const Mapping& m : mappings) {
-    // Without write permission and without a private copy, every resident page is the file's.
-    if (!m.read_only_file || m.anonymous_kb != 0 || m.rss_kb == 0) continue;
+    // Without write permission and without a private copy (resident or swapped out: a library's
+    // relocated data, made read-only after relocation, may be either), every page is the file's.
+    if (!m.read_only_file || m.private_kb != 0 || m.rss_kb == 0) continue;
     if (madvise(reinterpret_cast<void*>(m.start), m.end - m.start, MADV_DONTNEED) == 0) released += m.rss_kb * 1024;
   }
   return released;

@@ -3,6 +3,7 @@
 // intra-op threads (LIBTORCH.md trap 2) and a check that fp32 GEMM is not on the slow
 // reference BLAS (trap 1).
 
+#include <cstdint>
 #include <cstdlib>
 #include <string>
 
@@ -57,9 +58,11 @@ void release_free_memory();
 // of: the code and constant data of the program and its shared libraries (Debian's LibTorch loads
 // about 290, OpenCV, FFmpeg and GDAL among them, which touch their pages while they start and never
 // again). A page still in use comes back from the page cache at its next touch, as the kernel's own
-// reclaim would bring it. A mapping with a private (written) page is left whole, and so is a
-// device's. For a program about to run long after its start (translation on the CPU, once the
-// model is loaded). Returns the bytes given back.
+// reclaim would bring it. A mapping with a private (written) page, resident or swapped out, is left
+// whole, and so is a device's. For a program about to run long after its start (translation on the
+// CPU, once the model is loaded), while no other thread maps or unmaps memory: between reading
+// /proc/self/smaps and the madvise, a range unmapped and reused would lose its data. Returns the
+// bytes given back.
 int64_t release_file_pages();
 
 // Ends the process with `code` once stdio is flushed, without the static destructors: LibTorch

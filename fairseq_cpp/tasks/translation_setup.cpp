@@ -146,7 +146,8 @@ Translation load_translation(const config::Config& cli, const std::string& split
     log::info("generate", "{} linear weights packed in place for the {} kernel", packed,
               core::cpu_has_avx512f() ? "AVX-512F" : "AVX2");
   }
-  // What the libraries touched only while they started leaves the resident set before the search.
+  // The clean pages of the program's files leave the resident set before the search (those of the
+  // libraries' start for good; those in use come back as touched). No other thread maps memory yet.
   if (t.device.is_cpu()) core::release_file_pages();
   return t;
 }

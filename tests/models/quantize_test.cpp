@@ -3,6 +3,9 @@
 #include <gtest/gtest.h>
 
 #include <string>
+#include <unordered_set>
+#include <utility>
+#include <vector>
 
 #include "tests/support/torch.h"
 
@@ -19,13 +22,14 @@ bool ends_with(const std::string& s, const std::string& tail) {
   return s.size() >= tail.size() && s.compare(s.size() - tail.size(), tail.size(), tail) == 0;
 }
 
-std::shared_ptr<TransformerModel> tiny_model(bool share_output) {
+std::shared_ptr<TransformerModel> tiny_model(bool share_output, bool share_all = false) {
   torch::manual_seed(3);
   config::ModelConfig m;
   m.arch = "transformer_tiny";
   m.share_decoder_input_output_embed = share_output;
+  m.share_all_embeddings = share_all;
   auto model = std::make_shared<TransformerModel>(resolve_transformer_options(m, config::TaskConfig{}),
-                                                  Vocabularies{30, 30, 1, false});
+                                                  Vocabularies{30, 30, 1, share_all});
   model->eval();
   return model;
 }
@@ -76,34 +80,38 @@ TEST(QuantizeInt8, InPlaceFreesEveryQuantizedWeightAndASharedEmbeddingReadsItsIn
   at::Tensor src = torch::tensor({1, 1, 5, 6, 2, 7, 8, 9, 10, 2, 1, 11, 12, 13, 2}).view({3, 5});
   at::Tensor lengths = torch::tensor({3, 5, 4});
   at::Tensor prev = torch::tensor({2, 14, 15, 16, 17, 18, 2, 19, 20, 21, 22, 23, 2, 24, 25, 26, 27, 28}).view({3, 6});
-  for (bool shared : {false, true}) {
-    auto copies = tiny_model(shared), in_place = tiny_model(shared);
+  // Embeddings shared: none, the decoder's with the output projection, or all (the encoder's too).
+  for (const auto& [shared, all] : std::vector<std::pair<bool, bool>>{{false, false}, {true, false}, {true, true}}) {
+    SCOPED_TRACE(::testing::Message() << "shared " << shared << ", all " << all);
+    auto copies = tiny_model(shared, all), in_place = tiny_model(shared, all);
     auto log_probs = [&](TransformerModel& m) {
       return EncoderDecoderModel::log_probs(m.decode(prev, m.encode(src, lengths)));
     };
     const std::string output = shared ? "decoder.embed_tokens.weight" : "decoder.embed_out";
-    const nn::Int8Weight embedding = nn::Int8Weight::quantize(in_place->named_parameters()[output]);
     quantize_int8(*copies);
     const at::Tensor expected = log_probs(*copies);
+    const at::Tensor original = in_place->named_parameters()[output].clone();
     QuantizeOptions options;
     options.in_place = true;
     const size_t quantized = quantize_int8(*in_place, options);
-    EXPECT_EQ(quantized, quantize_int8(*tiny_model(shared)));
-    size_t freed = 0;
+    EXPECT_EQ(quantized, quantize_int8(*tiny_model(shared, all)));
+    std::unordered_set<const c10::TensorImpl*> freed;
     for (const auto& p : in_place->named_parameters()) {
       const bool linear = ends_with(p.key(), "proj.weight") || ends_with(p.key(), "fc1.weight") ||
-                          ends_with(p.key(), "fc2.weight") || p.key() == output;
+                          ends_with(p.key(), "fc2.weight") || p.key() == output ||
+                          (all && p.key() == "encoder.embed_tokens.weight");
       EXPECT_EQ(nn::int8_weight_for(p.value()) != nullptr, linear) << p.key();
       EXPECT_EQ(nn::quantized_in_place(p.value()), linear) << p.key();
       EXPECT_EQ(p.value().numel() == 0, linear) << p.key() << ": freed once quantized in place";
-      freed += p.value().numel() == 0;
+      if (p.value().numel() == 0) freed.insert(p.value().unsafeGetTensorImpl());
     }
-    EXPECT_EQ(freed, quantized);
-    const at::Tensor result = log_probs(*in_place);
+    EXPECT_EQ(freed.size(), quantized);
+    const at::Tensor result = log_probs(*in_place);  // the encoder's lookups too, when all are shared
     if (!shared) {
       EXPECT_TRUE(torch::equal(result, expected));
       continue;
     }
+    const nn::Int8Weight embedding = nn::Int8Weight::quantize(original);
     const at::Tensor rows = nn::int8_rows(in_place->named_parameters()[output], src);
     EXPECT_TRUE(torch::equal(
         rows, embedding.values().to(at::kFloat).index({src}) * embedding.scales().index({src}).unsqueeze(-1)));

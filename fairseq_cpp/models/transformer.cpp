@@ -101,9 +101,8 @@ bool checkpointing(const TransformerOptions& options, const torch::nn::Module& s
 // or quantized in place (shared with the output projection: nn::packed_rows, nn::int8_rows).
 at::Tensor embed(torch::nn::Embedding& embedding, const at::Tensor& tokens) {
   const at::Tensor& weight = embedding->weight;
-  if (weight.numel() == 0 && nn::packed_in_place(weight)) return nn::packed_rows(weight, tokens);
-  if (weight.numel() == 0 && nn::quantized_in_place(weight)) return nn::int8_rows(weight, tokens);
-  return embedding->forward(tokens);
+  if (weight.numel() != 0) return embedding->forward(tokens);
+  return nn::packed_in_place(weight) ? nn::packed_rows(weight, tokens) : nn::int8_rows(weight, tokens);
 }
 
 }  // namespace

@@ -252,11 +252,13 @@ class Int8Registry {
     it->second.frozen = it->second.frozen || frozen;
     size_ = entries_.size();
   }
-  bool frozen(const at::Tensor& weight) {
-    if (size_.load(std::memory_order_relaxed) == 0) return false;
+  // The copy of a weight quantized in place (its only values), or null.
+  std::shared_ptr<const Int8Weight> frozen(const at::Tensor& weight) {
+    if (size_.load(std::memory_order_relaxed) == 0) return nullptr;
     std::lock_guard<std::mutex> lock(mutex_);
     auto it = entries_.find(weight.unsafeGetTensorImpl());
-    return it != entries_.end() && !it->second.owner.expired() && it->second.frozen;
+    if (it == entries_.end() || it->second.owner.expired() || !it->second.frozen) return nullptr;
+    return it->second.quantized;
   }
   std::shared_ptr<const Int8Weight> find(const at::Tensor& weight) {
     if (size_.load(std::memory_order_relaxed) == 0) return nullptr;  // no model quantized: no lock
@@ -417,11 +419,12 @@ void quantize_in_place(at::Tensor weight) {
   weight.set_data(at::empty({0}, weight.options()));
 }
 
-bool quantized_in_place(const at::Tensor& weight) { return registry().frozen(weight); }
+bool quantized_in_place(const at::Tensor& weight) { return registry().frozen(weight) != nullptr; }
 
 at::Tensor int8_rows(const at::Tensor& weight, const at::Tensor& indices) {
-  TORCH_CHECK(registry().frozen(weight), "int8_rows: the weight was not quantized in place");
-  return registry().find(weight)->rows(indices);
+  const std::shared_ptr<const Int8Weight> quantized = registry().frozen(weight);
+  TORCH_CHECK(quantized != nullptr, "int8_rows: the weight was not quantized in place");
+  return quantized->rows(indices);
 }
 
 std::shared_ptr<const Int8Weight> int8_weight_for(const at::Tensor& weight) { return registry().find(weight); }

@@ -83,13 +83,8 @@ TEST(Checkpoint, SaveAndLoadRoundTripTheModelAndConfig) {
   EXPECT_EQ(loaded.at("extra_state").toGenericDict().at("num_updates").toInt(), 17);
 }
 
-// This process's resident set in MiB (/proc/self/statm).
-double resident_mib() {
-  std::ifstream statm("/proc/self/statm");
-  double pages_total = 0, pages_resident = 0;
-  statm >> pages_total >> pages_resident;
-  return pages_resident * static_cast<double>(::sysconf(_SC_PAGESIZE)) / (1 << 20);
-}
+// This process's resident set in MiB.
+double resident_mib() { return static_cast<double>(testing::resident_bytes()) / (1 << 20); }
 
 // A mapped checkpoint's record gives its pages back once load_model_state copied it: the resident
 // set shrinks by the record's 32 MiB, and the record still reads its values (from the file again).

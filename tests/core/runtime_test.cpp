@@ -61,14 +61,6 @@ int64_t resident_kb_of(const void* address) {
   return -1;
 }
 
-// This process's resident bytes (/proc/self/statm).
-int64_t resident_bytes() {
-  std::ifstream statm("/proc/self/statm");
-  int64_t total = 0, resident = 0;
-  statm >> total >> resident;
-  return resident * sysconf(_SC_PAGESIZE);
-}
-
 // The pages of the libraries and of a read-only file mapping leave the resident set, and come back
 // with their contents when touched; a mapping with a written private page (as a library's relocated
 // data) is left whole; LibTorch still computes the same.
@@ -95,9 +87,9 @@ TEST(Runtime, FilePagesAreGivenBackButPrivateCopiesStay) {
   EXPECT_GT(written_kb, 0);
   const at::Tensor a = at::randn({64, 64}), b = at::randn({64, 64}), product = at::matmul(a, b);
 
-  const int64_t before = resident_bytes();
+  const int64_t before = testing::resident_bytes();
   const int64_t released = release_file_pages();
-  const int64_t after = resident_bytes();
+  const int64_t after = testing::resident_bytes();
   EXPECT_GT(released, clean_kb * 1024 + (int64_t{16} << 20)) << "the libraries' pages and this mapping's";
   EXPECT_GE(before - after, released / 2) << "before " << before << ", after " << after;
   EXPECT_EQ(resident_kb_of(clean), 0);

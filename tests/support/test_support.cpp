@@ -35,6 +35,13 @@ std::string TempDir::write(const std::string& name, const std::string& content) 
   return full;
 }
 
+int64_t resident_bytes() {
+  std::ifstream statm("/proc/self/statm");
+  int64_t total = 0, resident = 0;
+  statm >> total >> resident;
+  return resident * sysconf(_SC_PAGESIZE);
+}
+
 std::string read_file(const std::string& path) {
   std::ifstream in(path, std::ios::binary);
   std::stringstream ss;

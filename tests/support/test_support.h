@@ -1,6 +1,7 @@
 #pragma once
 // Helpers for the test suites: temporary directories, files, and running the built programs.
 
+#include <cstdint>
 #include <map>
 #include <string>
 #include <vector>
@@ -23,6 +24,9 @@ class TempDir {
 };
 
 std::string read_file(const std::string& path);
+
+// This process's resident bytes (/proc/self/statm).
+int64_t resident_bytes();
 
 struct RunResult {
   int exit_code = -1;  // the exit status, or 128 + signal

@@ -2,6 +2,8 @@
 
 #include <unordered_set>
 
+#include <torch/nn/modules/embedding.h>
+#include <torch/nn/modules/linear.h>
 #include "fairseq_cpp/core/torch.h"
 
 #include "fairseq_cpp/nn/log_softmax.h"
@@ -33,6 +35,24 @@ std::vector<at::Tensor> unique_parameters(const torch::nn::Module& module) {
     if (seen.insert(p.unsafeGetTensorImpl()).second) out.push_back(p);
   }
   return out;
+}
+
+std::vector<bool> read_by_linear_layers(const torch::nn::Module& module, const std::vector<at::Tensor>& params) {
+  std::unordered_set<const void*> linear, embedding;
+  for (const auto& m : module.modules(/*include_self=*/true)) {
+    if (const auto* layer = dynamic_cast<const torch::nn::LinearImpl*>(m.get())) {
+      linear.insert(layer->weight.unsafeGetTensorImpl());
+      if (layer->bias.defined()) linear.insert(layer->bias.unsafeGetTensorImpl());
+    } else if (const auto* table = dynamic_cast<const torch::nn::EmbeddingImpl*>(m.get())) {
+      embedding.insert(table->weight.unsafeGetTensorImpl());
+    }
+  }
+  std::vector<bool> read;
+  for (const at::Tensor& p : params) {
+    const void* impl = p.unsafeGetTensorImpl();
+    read.push_back(linear.count(impl) > 0 && embedding.count(impl) == 0);
+  }
+  return read;
 }
 
 int64_t count_parameters(const torch::nn::Module& module) {

@@ -7,6 +7,7 @@
 #include "fairseq_cpp/core/torch.h"
 
 #include "fairseq_cpp/core/autocast_state.h"
+#include "fairseq_cpp/nn/low_precision_copies.h"
 
 namespace fairseq_cpp::nn {
 namespace {
@@ -134,7 +135,14 @@ at::Tensor checkpoint(CheckpointedBlock block, const std::vector<at::Tensor>& in
   auto replay = c10::make_intrusive<Replay>();
   replay->block = std::move(block);
   replay->device = inputs.at(0).device();
-  return CheckpointFunction::apply(at::TensorList(inputs), at::TensorList(params), std::move(replay));
+  // A parameter the block reads through its low-precision copy (training in bf16) takes its
+  // gradient through that copy: the replay's gradient is taken with respect to it.
+  std::vector<at::Tensor> sources;
+  for (const at::Tensor& p : params) {
+    at::Tensor copy = low_precision_copy(p);
+    sources.push_back(copy.defined() ? copy : p);
+  }
+  return CheckpointFunction::apply(at::TensorList(inputs), at::TensorList(sources), std::move(replay));
 }
 
 }  // namespace fairseq_cpp::nn

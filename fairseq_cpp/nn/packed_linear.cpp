@@ -13,6 +13,7 @@
 #include "fairseq_cpp/core/torch.h"
 
 #include "fairseq_cpp/core/runtime.h"
+#include "fairseq_cpp/nn/low_precision_copies.h"
 #include "fairseq_cpp/nn/quantized_linear.h"
 
 #ifdef FSQ_AVX512_KERNELS
@@ -293,6 +294,10 @@ at::Tensor packed_linear(const at::Tensor& x, const at::Tensor& weight, const at
 }
 
 at::Tensor scoped_linear(const at::Tensor& x, const at::Tensor& weight, const at::Tensor& bias) {
+  if (at::Tensor copy = low_precision_copy(weight); copy.defined()) {  // training in bf16: the update's copies
+    at::Tensor bias_copy = low_precision_copy(bias);
+    return at::linear(x, copy, bias_copy.defined() ? bias_copy : bias);
+  }
   const bool needs_grad =
       at::GradMode::is_enabled() && (x.requires_grad() || weight.requires_grad() || (bias.defined() && bias.requires_grad()));
   if (weight.numel() == 0 && x.device().is_cpu()) {  // packed or quantized in place: no gradient reaches it

@@ -22,13 +22,18 @@ std::string precision_name(Precision precision) {
   }
 }
 
+std::optional<c10::ScalarType> autocast_dtype(Precision precision, c10::DeviceType device) {
+  if (precision == Precision::kBFloat16) return c10::ScalarType::BFloat16;
+  if (precision == Precision::kFloat16 && device == c10::DeviceType::CUDA) return c10::ScalarType::Half;
+  return std::nullopt;
+}
+
 AutocastScope::AutocastScope(Precision precision, c10::DeviceType device) : device_(device) {
-  if (precision == Precision::kFloat32) return;
-  if (precision == Precision::kFloat16 && device != c10::DeviceType::CUDA) return;
+  const std::optional<c10::ScalarType> dtype = autocast_dtype(precision, device);
+  if (!dtype) return;
   active_ = true;
   previous_ = compat::autocast_state(device_);
-  compat::set_autocast_state(
-      device_, {true, precision == Precision::kFloat16 ? c10::ScalarType::Half : c10::ScalarType::BFloat16});
+  compat::set_autocast_state(device_, {true, *dtype});
   at::autocast::increment_nesting();
 }
 

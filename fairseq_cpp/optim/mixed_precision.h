@@ -13,6 +13,7 @@
 #include <c10/core/DeviceType.h>
 #include <c10/core/ScalarType.h>
 
+#include <optional>
 #include <string>
 
 #include "fairseq_cpp/config/sections.h"
@@ -31,6 +32,10 @@ Precision precision_of(const config::CommonConfig& common);
 
 // "fp32" / "bf16" / "fp16", as the start-up line names it.
 std::string precision_name(Precision precision);
+
+// The dtype autocast runs the products in on `device` for `precision`: bf16, fp16 on CUDA, or none
+// (fp32, and fp16 on the CPU, whose arithmetic stays float32).
+std::optional<c10::ScalarType> autocast_dtype(Precision precision, c10::DeviceType device);
 
 // The precision of the output projection's products in the loss (Criterion's matmul_dtype): bf16
 // on CUDA in bf16 (on the tensor cores, as fairseq's half-precision output layer); float32 for

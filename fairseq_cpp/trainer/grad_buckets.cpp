@@ -14,8 +14,9 @@
 
 namespace fairseq_cpp::trainer {
 
-GradBuckets::GradBuckets(const std::vector<at::Tensor>& params, at::Tensor flat_grads, int64_t cap)
-    : flat_grads_(std::move(flat_grads)) {
+GradBuckets::GradBuckets(const std::vector<at::Tensor>& params, at::Tensor flat_grads, int64_t cap,
+                         nn::LowPrecisionCopies* copies)
+    : flat_grads_(std::move(flat_grads)), copies_(copies) {
   int64_t scalars = 0;
   for (const auto& p : params) scalars += p.numel();
   if (scalars != flat_grads_.numel())
@@ -48,7 +49,8 @@ void GradBuckets::build(const std::vector<at::Tensor>& params, int64_t cap) {
   }
   for (size_t i = 0; i < params.size(); ++i) {
     if (!params[i].requires_grad()) continue;
-    std::shared_ptr<torch::autograd::Node> acc = torch::autograd::impl::grad_accumulator(params[i]);
+    const at::Tensor& source = copies_ ? copies_->gradient_source(i) : params[i];
+    std::shared_ptr<torch::autograd::Node> acc = torch::autograd::impl::grad_accumulator(source);
     if (!acc) raise<OperationalError>("gradient buckets: parameter {} has no gradient accumulator", i);
     const size_t b = bucket_of[i];
     hooks_.push_back(acc->add_post_hook(std::make_unique<torch::autograd::utils::LambdaPostHook>(
@@ -98,6 +100,7 @@ void GradBuckets::start(size_t bucket) {
     return;
   }
   Bucket& b = buckets_[bucket];
+  if (copies_) copies_->fold_gradients(flat_grads_, b.begin, b.end);
   at::Tensor sum = sums_.slice(0, b.begin, b.end);
   sum.add_(flat_grads_.slice(0, b.begin, b.end).to(at::kDouble));
   b.work = gang_->start_all_sum(sum, fmt::format("all-reduce of gradient bucket {} of {} at update {}", bucket + 1,

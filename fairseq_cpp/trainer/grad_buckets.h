@@ -39,6 +39,7 @@
 #include <ATen/Tensor.h>
 
 #include "fairseq_cpp/distributed/gang.h"
+#include "fairseq_cpp/nn/low_precision_copies.h"
 
 namespace torch::autograd {
 struct Node;
@@ -49,8 +50,11 @@ namespace fairseq_cpp::trainer {
 class GradBuckets {
  public:
   // `params` are views of `flat_grads`'s parameters in order (their gradients are `flat_grads`'s
-  // consecutive slices); buckets hold about `cap` scalars, at least one parameter each.
-  GradBuckets(const std::vector<at::Tensor>& params, at::Tensor flat_grads, int64_t cap);
+  // consecutive slices); buckets hold about `cap` scalars, at least one parameter each. With
+  // `copies` (training in bf16), a parameter that has a low-precision copy is ready when its copy's
+  // gradient is, and a bucket adds its copies' gradients to flat_grads before it starts.
+  GradBuckets(const std::vector<at::Tensor>& params, at::Tensor flat_grads, int64_t cap,
+              nn::LowPrecisionCopies* copies = nullptr);
   // Sharded: the parameters' gradients are tensors of their own (or undefined: zeros), released as
   // their bucket starts; this rank keeps the scalars [shard_begin, shard_end) of the flat order.
   // `wait_in_hooks`: whether backward's hooks may wait for collectives (they run on the thread
@@ -100,6 +104,7 @@ class GradBuckets {
   bool wait_in_hooks_ = true;
   std::vector<size_t> in_flight_;  // sharded: started, not yet folded, oldest first
   at::Tensor flat_grads_;
+  nn::LowPrecisionCopies* copies_ = nullptr;  // not owned
   std::vector<Bucket> buckets_;
   std::vector<std::shared_ptr<torch::autograd::Node>> accumulators_;  // kept alive: they hold the hooks
   std::vector<uintptr_t> hooks_;                                       // each one's key there

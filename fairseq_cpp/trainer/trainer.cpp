@@ -53,9 +53,9 @@ void log_model_state(const ModelStateBytes& b, int64_t parameters) {
   const auto gb = [](int64_t bytes) { return static_cast<double>(bytes) / 1e9; };
   log::info("trainer",
             "model state of this worker: {:.3f} GB ({:.2f} bytes per parameter): weights {:.3f}, gradients {:.3f}, "
-            "float64 gradient sum {:.3f}, optimizer {:.3f}, EMA {:.3f} GB",
+            "float64 gradient sum {:.3f}, optimizer {:.3f}, EMA {:.3f}, low-precision copies {:.3f} GB",
             gb(b.total()), static_cast<double>(b.total()) / static_cast<double>(std::max<int64_t>(1, parameters)),
-            gb(b.weights), gb(b.gradients), gb(b.gradient_sum), gb(b.optimizer), gb(b.ema));
+            gb(b.weights), gb(b.gradients), gb(b.gradient_sum), gb(b.optimizer), gb(b.ema), gb(b.low_precision));
 }
 
 }  // namespace
@@ -122,12 +122,16 @@ Trainer::Trainer(const TrainerOptions& options, std::shared_ptr<models::EncoderD
   if (ema_ && optimizer_->sharded()) ema_->shard(*optimizer_);
   if (optimizer_->sharded()) log_zero_sharding(gang_.size(), num_scalars_, sharded_gradients(), ema_ != nullptr);
   optimizer_->set_lr(lr_scheduler_->step_update(0));
+  if (const auto dtype = optim::autocast_dtype(options_.precision, device_.type());
+      dtype && options_.low_precision_copies && flat() && !sharded_gradients())
+    copies_ = std::make_unique<nn::LowPrecisionCopies>(params_, optimizer_->flat_params(),
+                                                       models::read_by_linear_layers(*model_, params_), *dtype);
   if (sharded_gradients())
     buckets_ =
         std::make_unique<GradBuckets>(params_, bucket_scalars(), optimizer_->shard_begin(), optimizer_->shard_end(),
                                       /*wait_in_hooks=*/device_.is_cpu());
   else if (options_.overlap_all_reduce && gang_.size() > 1 && flat())
-    buckets_ = std::make_unique<GradBuckets>(params_, optimizer_->flat_grads(), bucket_scalars());
+    buckets_ = std::make_unique<GradBuckets>(params_, optimizer_->flat_grads(), bucket_scalars(), copies_.get());
 }
 
 ModelStateBytes Trainer::model_state_bytes() const {
@@ -140,6 +144,7 @@ ModelStateBytes Trainer::model_state_bytes() const {
   bytes.gradient_sum = optim::held_bytes({grad_sum_, grad_shard_sum_});
   bytes.optimizer = optim::held_bytes(optimizer_->state_tensors());
   if (ema_) bytes.ema = optim::held_bytes(ema_->shadow());
+  if (copies_) bytes.low_precision = copies_->bytes();
   return bytes;
 }
 
@@ -165,6 +170,7 @@ StepStats Trainer::train_step(const std::vector<data::Batch>& samples) {
   // Dropout of update n draws from seed + n on every rank: a resumed run repeats it exactly.
   torch::manual_seed(static_cast<uint64_t>(options_.seed + num_updates_));
   optimizer_->zero_grad();
+  if (copies_) copies_->refresh();  // the weights as this update starts, rounded once
   // A sum of several float32 gradients (micro-batches, workers) is taken in float64; a single
   // one is its own sum, and 8 bytes per parameter are saved.
   const bool one_term = gang_.size() == 1 && samples.size() == 1;
@@ -258,6 +264,8 @@ bool Trainer::backward_micro_batch(const data::Batch& batch, optim::Precision pr
     // fp16: the gradients are those of the scaled loss, divided by the scale after the all-reduce.
     if (scaling) out.loss = out.loss * loss_scaler_->loss_scale();
     out.loss.backward();
+    // The copies' gradients join the float32 ones: here, or bucket by bucket where armed.
+    if (copies_ && !arm) copies_->fold_gradients(optimizer_->flat_grads(), 0, num_scalars_);
     if (accumulate) accumulate_gradients();
     out.settle();
     local.add(out.stats);

@@ -20,6 +20,7 @@
 #include "fairseq_cpp/data/language_pair_dataset.h"
 #include "fairseq_cpp/distributed/gang.h"
 #include "fairseq_cpp/models/encoder_decoder.h"
+#include "fairseq_cpp/nn/low_precision_copies.h"
 #include "fairseq_cpp/optim/loss_scaler.h"
 #include "fairseq_cpp/optim/lr_scheduler.h"
 #include "fairseq_cpp/optim/mixed_precision.h"
@@ -50,6 +51,12 @@ struct TrainerOptions {
   int64_t fp16_fallback_updates = 1000;
   // With several workers: ZeRO stage 1 (`zero_sharding: os`), Optimizer::shard().
   bool shard_optimizer_state = false;
+  // bf16 (and fp16 on CUDA): the linear layers read copies of their weights in that precision made
+  // once per update, and their gradients reach the float32 ones in one cast per bucket
+  // (nn::LowPrecisionCopies), instead of autocast's cast of each weight in each forward pass and of
+  // each gradient in backward: the same bits, fewer and larger kernels, 4 more bytes per parameter
+  // of the linear layers. Not with sharded gradients.
+  bool low_precision_copies = true;
   // With shard_optimizer_state: ZeRO stage 2 (`zero_sharding: os_grad`), each worker keeps its
   // slice of the reduced gradient only (GradBuckets' sharded mode; every micro-batch's gradients
   // are reduced during or after its backward).
@@ -66,10 +73,11 @@ TrainerOptions trainer_options(const config::Config& cfg, int64_t world_size, in
 // parameter, for sums that do not depend on their order), the optimizer's state (adam: 8 bytes per
 // parameter, or per parameter of this worker's slice with zero_sharding os) and the EMA's shadow.
 // With zero_sharding os_grad the gradients are this worker's slice (4 / N), and its float64 sum
-// (8 / N) exists during the update only.
+// (8 / N) exists during the update only. In bf16 with low_precision_copies, the copies of the
+// linear layers' weights and their gradients (2 + 2 bytes per parameter of their span).
 struct ModelStateBytes {
-  int64_t weights = 0, gradients = 0, gradient_sum = 0, optimizer = 0, ema = 0;
-  int64_t total() const { return weights + gradients + gradient_sum + optimizer + ema; }
+  int64_t weights = 0, gradients = 0, gradient_sum = 0, optimizer = 0, ema = 0, low_precision = 0;
+  int64_t total() const { return weights + gradients + gradient_sum + optimizer + ema + low_precision; }
 };
 
 // What one update did, summed over every worker and micro-batch.
@@ -172,6 +180,7 @@ class Trainer {
   distributed::Gang& gang_;
   std::unique_ptr<Ema> ema_;
   std::unique_ptr<optim::DynamicLossScaler> loss_scaler_;
+  std::unique_ptr<nn::LowPrecisionCopies> copies_;  // low_precision_copies, where they apply; before buckets_
   // overlap_all_reduce with several workers and flat gradients, or sharded gradients
   std::unique_ptr<GradBuckets> buckets_;
   std::vector<at::Tensor> params_;        // unique parameters, in a fixed order on every rank

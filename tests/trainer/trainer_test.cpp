@@ -20,6 +20,7 @@
 #include "fairseq_cpp/distributed/process_group_gang.h"
 #include "fairseq_cpp/distributed/topology.h"
 #include "fairseq_cpp/models/transformer.h"
+#include "fairseq_cpp/nn/low_precision_copies.h"
 #include "fairseq_cpp/trainer/training_state.h"
 #include "tests/support/devices.h"
 #include "tests/support/gloo_ranks.h"
@@ -50,11 +51,13 @@ data::Batch make_batch(int64_t n, int64_t seed) {
 }
 
 // Initialized on the CPU (seeded), then moved: the same weights on every device.
-std::shared_ptr<models::TransformerModel> make_model(c10::Device device) {
+std::shared_ptr<models::TransformerModel> make_model(c10::Device device, double dropout = 0.0,
+                                                     bool checkpoint_activations = false) {
   torch::manual_seed(7);
   config::ModelConfig m;
   m.arch = "transformer_tiny";
-  m.dropout = 0.0;
+  m.dropout = dropout;
+  m.checkpoint_activations = checkpoint_activations;
   m.share_all_embeddings = true;
   auto model = std::make_shared<models::TransformerModel>(models::resolve_transformer_options(m, config::TaskConfig{}),
                                                           models::Vocabularies{kVocab, kVocab, 1, true});
@@ -72,7 +75,8 @@ class OnDevice : public ::testing::TestWithParam<std::string> {
 std::unique_ptr<Trainer> make_trainer(std::shared_ptr<models::TransformerModel> model, distributed::Gang& gang,
                                       int64_t check_interval = 0, std::optional<EmaOptions> ema = std::nullopt,
                                       optim::Precision precision = optim::Precision::kFloat32, bool overlap = true,
-                                      const std::string& zero_sharding = "none", double clip_norm = 1.0) {
+                                      const std::string& zero_sharding = "none", double clip_norm = 1.0,
+                                      bool low_precision_copies = true) {
   criterions::CriterionOptions co;
   co.name = "label_smoothed_cross_entropy";
   co.label_smoothing = 0.1;
@@ -93,6 +97,7 @@ std::unique_ptr<Trainer> make_trainer(std::shared_ptr<models::TransformerModel> 
   to.overlap_all_reduce = overlap;
   to.shard_optimizer_state = zero_sharding != "none";
   to.shard_gradients = zero_sharding == "os_grad";
+  to.low_precision_copies = low_precision_copies;
   return std::make_unique<Trainer>(to, model, criterions::Criterion(co),
                                    optim::build_optimizer(oo, models::unique_parameters(*model)),
                                    optim::build_lr_scheduler(so), gang);
@@ -880,6 +885,71 @@ TEST_P(Training, BucketsAllReducedDuringBackwardGiveTheSameUpdate) {
   expect_same_parameters(*overlapped[0], *overlapped[1], 0.0);
 }
 
+// bf16 with the linear layers' low-precision copies (the default) against autocast's casts at each
+// use (low_precision_copies false): the same losses, gradient norms and weights to the bit, every
+// update clipped, on 1 worker (with dropout) with 1 and 2 micro-batches, on 2 Gloo workers
+// with the buckets all-reduced during backward (their hooks on the copies' gradient accumulators:
+// backward starts them) and with zero_sharding os, and with activation checkpointing (the replay
+// takes the copies' gradients). The copies are read in every setting, and never without them.
+TEST_P(Training, Bf16LowPrecisionCopiesGiveAutocastsUpdateToTheBit) {
+  struct Setting {
+    const char* name;
+    int workers, micro_batches;
+    const char* sharding;
+    bool checkpoint;
+  };
+  const int steps = 3;
+  for (const Setting& s : std::vector<Setting>{{"1 worker", 1, 1, "none", false},
+                                               {"1 worker, update_freq 2", 1, 2, "none", false},
+                                               {"2 workers, update_freq 2", 2, 2, "none", false},
+                                               {"2 workers, zero_sharding os", 2, 1, "os", false},
+                                               {"checkpoint_activations", 1, 1, "none", true}}) {
+    SCOPED_TRACE(s.name);
+    std::vector<std::vector<std::vector<data::Batch>>> batches(static_cast<size_t>(s.workers));  // [rank][step]
+    for (int r = 0; r < s.workers; ++r)
+      for (int n = 0; n < steps; ++n) {
+        auto& group = batches[static_cast<size_t>(r)].emplace_back();
+        for (int m = 0; m < s.micro_batches; ++m) group.push_back(make_batch(3 + r, 2700 + 10 * n + 3 * r + m));
+      }
+    std::vector<std::shared_ptr<models::TransformerModel>> models;  // [copies * workers + rank]
+    // Dropout with one worker only: ranks as threads would draw from one generator in any order.
+    const double dropout = s.workers == 1 ? 0.2 : 0.0;
+    for (int k = 0; k < 2 * s.workers; ++k) models.push_back(trainer::make_model(device(), dropout, s.checkpoint));
+    std::vector<std::vector<StepStats>> stats(models.size());
+    for (bool copies : {false, true}) {
+      const int64_t reads = nn::low_precision_copy_reads();
+      const auto train = [&](int r, distributed::Gang& gang) {
+        const size_t k = static_cast<size_t>((copies ? s.workers : 0) + r);
+        auto trainer =
+            make_trainer(models[k], gang, 0, std::nullopt, optim::Precision::kBFloat16, true, s.sharding, 0.05, copies);
+        for (const auto& group : batches[static_cast<size_t>(r)]) stats[k].push_back(trainer->train_step(group));
+      };
+      if (s.workers == 1) {
+        distributed::FakeGang one(1, 0, device());
+        train(0, one);
+      } else {
+        on_ranks(s.workers, 60, device(), train);
+      }
+      if (copies)
+        EXPECT_GT(nn::low_precision_copy_reads(), reads);
+      else
+        EXPECT_EQ(nn::low_precision_copy_reads(), reads);
+    }
+    for (int r = 0; r < s.workers; ++r) {
+      const size_t plain = static_cast<size_t>(r), copied = static_cast<size_t>(s.workers + r);
+      for (int n = 0; n < steps; ++n) {
+        const StepStats &a = stats[plain][static_cast<size_t>(n)], &b = stats[copied][static_cast<size_t>(n)];
+        EXPECT_FALSE(b.skipped);
+        EXPECT_TRUE(b.clipped) << "update " << n + 1;
+        EXPECT_EQ(b.loss.loss_sum, a.loss.loss_sum) << "update " << n + 1;
+        EXPECT_EQ(b.gnorm, a.gnorm) << "update " << n + 1;
+        if (s.workers > 1) EXPECT_GE(b.buckets_started_by_backward, 5) << "update " << n + 1;
+      }
+      expect_same_parameters(*models[plain], *models[copied], 0.0);
+    }
+  }
+}
+
 // zero_sharding os_grad (issue 36): each worker keeps its slice of the reduced gradient only, every
 // micro-batch's buckets reduced during its backward (or after it, without overlap). The buckets
 // are the unsharded run's, summed by the same all-reduce, so the weights equal the unsharded run's
@@ -1038,7 +1108,8 @@ TEST_P(Training, ShardedStateUnderFp16OverflowsEqualsTheUnshardedRun) {
 // storages: float32 weights and gradients (4 + 4 bytes per parameter), adam's two moments (8),
 // the float64 sum of several workers' gradients (8), the EMA's float32 shadow (4); with
 // zero_sharding os adam's moments of this worker's slice only (8 / N, the slices adding up to 8);
-// with os_grad also the gradient's slice (4 / N) and no float64 sum between updates.
+// with os_grad also the gradient's slice (4 / N) and no float64 sum between updates. In bf16 the
+// low-precision copies (4 bytes per parameter of the linear layers' span).
 TEST_P(Training, ModelStateBytesFollowTheFormula) {
   const data::Batch batch = make_batch(4, 2300);
   const auto scalars = [](Trainer& t) {
@@ -1057,7 +1128,27 @@ TEST_P(Training, ModelStateBytesFollowTheFormula) {
     EXPECT_EQ(b.gradient_sum, 0);
     EXPECT_EQ(b.optimizer, 8 * n);
     EXPECT_EQ(b.ema, 4 * n);
+    EXPECT_EQ(b.low_precision, 0);
     EXPECT_EQ(b.total(), 20 * n);
+  }
+  {  // bf16: the linear layers' copies and their gradients, 2 + 2 bytes over the span that holds them
+    distributed::FakeGang one(1, 0, device());
+    auto model = make_model();
+    auto trainer = make_trainer(model, one, 0, std::nullopt, optim::Precision::kBFloat16);
+    ASSERT_FALSE(trainer->train_step({batch}).skipped);
+    const std::vector<at::Tensor> params = models::unique_parameters(*model);
+    const std::vector<bool> linear = models::read_by_linear_layers(*model, params);
+    int64_t offset = 0, first = -1, end = 0;
+    for (size_t i = 0; i < params.size(); ++i) {
+      if (linear[i] && first < 0) first = offset;
+      offset += params[i].numel();
+      if (linear[i]) end = offset;
+    }
+    ASSERT_GE(first, 0);
+    EXPECT_GT(first, 0) << "the encoder's embedding comes first, outside the span";
+    const ModelStateBytes b = trainer->model_state_bytes();
+    EXPECT_EQ(b.low_precision, 4 * (end - first));
+    EXPECT_EQ(b.total(), 16 * scalars(*trainer) + 4 * (end - first));
   }
   for (int workers : {2, 3}) {
     for (const std::string mode : {"none", "os", "os_grad"}) {

@@ -6,7 +6,8 @@
 # os_grad, each without and with activation checkpointing (model.checkpoint_activations), one
 # setting after another. Per setting, the largest over the ranks: the median step time of the timed
 # updates, the model state counted from its tensors against the formula (bytes per parameter:
-# 24 unsharded, 16 + 8/N with os, 4 + 12/N with os_grad; docs/training.md#model-state-per-worker),
+# 24 unsharded, 16 + 8/N with os, 4 + 12/N with os_grad, and in bf16 the low-precision copies the
+# trainer reports; docs/training.md#model-state-per-worker),
 # the activations one forward pass and loss hold for backward, the peak resident set and the rest
 # of it (peak minus model state); then each setting's step time against `none` with the same
 # checkpointing.
@@ -66,9 +67,10 @@ for sharding in ("none", "os", "os_grad"):
         for rank in range(n):
             text = open(f"{work}/{sharding}-{recompute}-{rank}").read()
             step = float(text.split("\n")[0].split()[4])
-            m = re.search(r"model state ([\d.]+) \(weights ([\d.]+).*activations ([\d.]+), peak RSS ([\d.]+)", text)
+            m = re.search(r"model state ([\d.]+) \(weights ([\d.]+).*low-precision copies ([\d.]+)\), "
+                          r"activations ([\d.]+), peak RSS ([\d.]+)", text)
             ranks.append((step, *map(float, m.groups())))
-        rows[(sharding, recompute)] = tuple(max(r[i] for r in ranks) for i in range(5))
+        rows[(sharding, recompute)] = tuple(max(r[i] for r in ranks) for i in range(6))
 params = rows[("none", recomputes[0])][2] * GIB / 4  # float32 weights
 formula = {"none": 24 if n > 1 else 16, "os": 16 + 8 / n, "os_grad": 4 + 12 / n} if n > 1 else {"none": 16, "os": 16, "os_grad": 16}
 cpu = next((l.split(":", 1)[1].strip() for l in open("/proc/cpuinfo") if l.startswith("model name")), "unknown CPU")
@@ -76,8 +78,8 @@ print(f"transformer_vaswani_wmt_en_de_big ({params / 1e6:.1f}M parameters), 32k 
       f"{tokens} target tokens per worker, {n} Gloo workers x {threads} thread(s), {iters} timed updates, {cpu}")
 print(f"{'zero_sharding':<14} {'checkpointing':<14} {'step s':>8} {'vs none':>8} {'model state GiB':>16} "
       f"{'formula GiB':>12} {'state/formula':>14} {'activations GiB':>16} {'peak RSS GiB':>13} {'rest GiB':>9}")
-for (sharding, recompute), (step, state, weights, act, peak) in rows.items():
-    expected = formula[sharding] * params / GIB
+for (sharding, recompute), (step, state, weights, copies, act, peak) in rows.items():
+    expected = formula[sharding] * params / GIB + copies  # bf16: the linear layers' copies (trainer.h)
     base = rows[("none", recompute)][0]
     print(f"{sharding:<14} {'yes' if recompute else 'no':<14} {step / 1000:>8.1f} {step / base:>7.2f}x {state:>16.2f} "
           f"{expected:>12.2f} {state / expected:>13.2f}x {act:>16.2f} {peak:>13.2f} {peak - state:>9.2f}")

@@ -17,8 +17,9 @@
 //       [--max-tokens 16384] [--len 64] [--bf16 1] [--iters 20] [--warmup 5] [--threads N]
 //       [--peak-tflops 989] [--cpu 1] [--gemm 0] [--profile FILE] [--profile-steps 2]
 //       [--checkpoint-activations 1] [--workers N --rank R --port P] [--zero-sharding none|os|os_grad]
-//       [--layers L]
+//       [--layers L] [--low-precision-copies 0]
 // --checkpoint-activations 1: model.checkpoint_activations (each layer recomputed in backward).
+// --low-precision-copies 0: autocast casts each weight at each use (trainer::TrainerOptions).
 // --layers L: L encoder and L decoder layers of the architecture's widths (tools/bench/largest_model.sh).
 // --workers N: this process is rank R of N, a Gloo group over TCP with rank 0's store on
 // 127.0.0.1:P (run one process per rank: tools/bench/memory.sh); each rank trains on its own copy
@@ -133,10 +134,10 @@ double activation_bytes(models::TransformerModel& model, const criterions::Crite
 void print_memory(const trainer::ModelStateBytes& state, double activations) {
   const auto g = [](int64_t bytes) { return gib(static_cast<double>(bytes)); };
   std::printf(
-      "memory: model state %.3f (weights %.3f, gradients %.3f, float64 sum %.3f, optimizer %.3f), "
-      "activations %.3f, peak RSS %.3f\n",
+      "memory: model state %.3f (weights %.3f, gradients %.3f, float64 sum %.3f, optimizer %.3f, "
+      "low-precision copies %.3f), activations %.3f, peak RSS %.3f\n",
       g(state.total()), g(state.weights), g(state.gradients), g(state.gradient_sum), g(state.optimizer),
-      gib(activations), gib(peak_resident_bytes()));
+      g(state.low_precision), gib(activations), gib(peak_resident_bytes()));
 }
 
 // --workers N: this process's rank of a Gloo group over TCP on this host; else a group of one.
@@ -151,6 +152,54 @@ std::shared_ptr<distributed::Gang> bench_gang(int argc, char** argv, c10::Device
   o.device = device;
   o.backend = "gloo";
   return distributed::make_process_group_gang(o);
+}
+
+// The benchmarked model: --arch's widths (--layers deep), its vocabulary shared, or the Multi30k preset's.
+std::shared_ptr<models::TransformerModel> bench_model(int argc, char** argv, const std::string& arch, int64_t vocab) {
+  if (arch == "multi30k") return bench::multi30k_model();  // the Multi30k preset's model (8,000 words)
+  config::ModelConfig m;
+  m.arch = arch;
+  m.share_all_embeddings = true;
+  m.checkpoint_activations = bench::flag(argc, argv, "--checkpoint-activations", 0) != 0;
+  if (const int64_t layers = bench::flag(argc, argv, "--layers", 0); layers > 0)
+    m.encoder_layers = m.decoder_layers = layers;  // the architecture's widths, this depth
+  return std::make_shared<models::TransformerModel>(models::resolve_transformer_options(m, config::TaskConfig{}),
+                                                    models::Vocabularies{vocab, vocab, 1, true});
+}
+
+// `batch` random sentences of `len` tokens (source and target) ending in </s>, on `device`.
+data::Batch bench_batch(int64_t batch, int64_t len, int64_t vocab, c10::Device device) {
+  data::Batch b;
+  b.src_tokens = torch::randint(4, vocab, {batch, len}, torch::kLong);
+  b.src_tokens.select(1, len - 1).fill_(2);
+  b.src_lengths = torch::full({batch}, len, torch::kLong);
+  b.target = torch::randint(4, vocab, {batch, len}, torch::kLong);
+  b.target.select(1, len - 1).fill_(2);
+  b.prev_output_tokens = torch::cat({torch::full({batch, 1}, 2, torch::kLong), b.target.narrow(1, 0, len - 1)}, 1);
+  b.ntokens = batch * len;
+  b.nsentences = batch;
+  for (at::Tensor* t : {&b.src_tokens, &b.src_lengths, &b.target, &b.prev_output_tokens}) *t = t->to(device);
+  return b;
+}
+
+// On the CPU: the GEMM-bound ceiling, a large matrix product in the update's precision on the same
+// threads, and the share of it that the update's model FLOP rate `tflops` reached.
+void print_gemm_ceiling(bool bf16, double tflops) {
+  const int64_t n = 2048;
+  const auto dtype = bf16 ? at::kBFloat16 : at::kFloat;
+  at::Tensor a = torch::randn({n, n}).to(dtype), b = torch::randn({n, n}).to(dtype);
+  at::mm(a, b);
+  std::vector<double> s;
+  for (int i = 0; i < 5; ++i) {
+    const auto t0 = std::chrono::steady_clock::now();
+    at::mm(a, b);
+    s.push_back(std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
+  }
+  std::sort(s.begin(), s.end());
+  const double gemm_tflops = 2.0 * n * n * n / s[s.size() / 2] / 1e12;
+  std::printf("GEMM %lldx%lldx%lld %s on %d threads: %.3f TFLOP/s; this update ran at %.0f%% of it\n",
+              static_cast<long long>(n), static_cast<long long>(n), static_cast<long long>(n), bf16 ? "bf16" : "fp32",
+              at::get_num_threads(), gemm_tflops, 100 * tflops / gemm_tflops);
 }
 
 }  // namespace
@@ -184,31 +233,10 @@ int main(int argc, char** argv) {
   }
 
   torch::manual_seed(0);
-  std::shared_ptr<models::TransformerModel> model;
-  if (arch == "multi30k") {
-    model = bench::multi30k_model();  // the Multi30k preset's model (8,000 words)
-  } else {
-    config::ModelConfig m;
-    m.arch = arch;
-    m.share_all_embeddings = true;
-    m.checkpoint_activations = bench::flag(argc, argv, "--checkpoint-activations", 0) != 0;
-    if (const int64_t layers = bench::flag(argc, argv, "--layers", 0); layers > 0)
-      m.encoder_layers = m.decoder_layers = layers;  // the architecture's widths, this depth
-    model = std::make_shared<models::TransformerModel>(models::resolve_transformer_options(m, config::TaskConfig{}),
-                                                       models::Vocabularies{vocab, vocab, 1, true});
-  }
+  std::shared_ptr<models::TransformerModel> model = bench_model(argc, argv, arch, vocab);
   model->to(device);
   const int64_t batch = std::max<int64_t>(1, max_tokens / len);
-  data::Batch b;
-  b.src_tokens = torch::randint(4, vocab, {batch, len}, torch::kLong);
-  b.src_tokens.select(1, len - 1).fill_(2);
-  b.src_lengths = torch::full({batch}, len, torch::kLong);
-  b.target = torch::randint(4, vocab, {batch, len}, torch::kLong);
-  b.target.select(1, len - 1).fill_(2);
-  b.prev_output_tokens = torch::cat({torch::full({batch, 1}, 2, torch::kLong), b.target.narrow(1, 0, len - 1)}, 1);
-  b.ntokens = batch * len;
-  b.nsentences = batch;
-  for (at::Tensor* t : {&b.src_tokens, &b.src_lengths, &b.target, &b.prev_output_tokens}) *t = t->to(device);
+  const data::Batch b = bench_batch(batch, len, vocab, device);
 
   criterions::CriterionOptions co;
   co.name = "label_smoothed_cross_entropy";
@@ -232,6 +260,7 @@ int main(int argc, char** argv) {
   }
   to.shard_optimizer_state = sharding != "none";
   to.shard_gradients = sharding == "os_grad";
+  to.low_precision_copies = bench::flag(argc, argv, "--low-precision-copies", 1) != 0;
   const std::shared_ptr<distributed::Gang> gang = bench_gang(argc, argv, device);
   trainer::Trainer trainer(to, model, criterions::Criterion(co),
                            optim::build_optimizer(oo, models::unique_parameters(*model)), optim::build_lr_scheduler(so),
@@ -279,25 +308,7 @@ int main(int argc, char** argv) {
               peak_gib, tflops, cuda ? 100 * tflops / peak_tflops : 0.0);
   if (!cuda)
     print_memory(trainer.model_state_bytes(), activation_bytes(*model, criterions::Criterion(co), b, to.precision));
-  // On the CPU: the GEMM-bound ceiling, from a large matrix product in the update's precision on
-  // the same threads (the share of the update's model FLOP rate in it).
-  if (!cuda && bench::flag(argc, argv, "--gemm", 1) != 0) {
-    const int64_t n = 2048;
-    const auto dtype = bf16 ? at::kBFloat16 : at::kFloat;
-    at::Tensor a = torch::randn({n, n}).to(dtype), b2 = torch::randn({n, n}).to(dtype);
-    at::mm(a, b2);
-    std::vector<double> s;
-    for (int i = 0; i < 5; ++i) {
-      const auto t0 = std::chrono::steady_clock::now();
-      at::mm(a, b2);
-      s.push_back(std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
-    }
-    std::sort(s.begin(), s.end());
-    const double gemm_tflops = 2.0 * n * n * n / s[s.size() / 2] / 1e12;
-    std::printf("GEMM %lldx%lldx%lld %s on %d threads: %.3f TFLOP/s; this update ran at %.0f%% of it\n",
-                static_cast<long long>(n), static_cast<long long>(n), static_cast<long long>(n), bf16 ? "bf16" : "fp32",
-                at::get_num_threads(), gemm_tflops, 100 * tflops / gemm_tflops);
-  }
+  if (!cuda && bench::flag(argc, argv, "--gemm", 1) != 0) print_gemm_ceiling(bf16, tflops);
 #if FSQ_TORCH_AT_LEAST(2, 0)
   if (!profile_path.empty()) {
     bench::StepProfileOptions po;

@@ -9,8 +9,9 @@
 # the throughput benchmark (transformer base and big, 32k vocabulary, bf16, ours and plain PyTorch
 # eager and torch.compile'd) with one profile of a step of the big model at 16,384 tokens (shares of
 # GEMM, attention, optimizer, all-reduce, other kernels and host gaps; the table in profile.txt),
-# the big model's step again with activation checkpointing (its memory and speed), and the big
-# model at the largest batch that fits the card.
+# the big model's step again with activation checkpointing (its memory and speed) and without the
+# low-precision copies of the weights (autocast's casts at each use, against the default), and the
+# big model at the largest batch that fits the card.
 # Prints one table last; writes every log and `record.md` (the table, with the commit, device,
 # driver, PyTorch version and date: prepend it to docs/benchmarks/gpu.md) into LOGDIR.
 #
@@ -402,14 +403,14 @@ fi
 
 # --- throughput: ours and plain PyTorch on the same model, batch and precision
 # Rows: transformer-big at 16,384 tokens (the issue's goal: MFU, the PyTorch ratio, the profile),
-# the same with activation checkpointing, base at 16,384, torch.compile's reference at
+# the same with activation checkpointing and without the low-precision copies, base at 16,384, torch.compile's reference at
 # transformer-big's 16,384 (compiled beside the earlier steps: compile_job), and transformer-big at
 # the largest batch that fits (tried from the top down: a batch that does not fit fails at its first
 # step; the compiled reference has given its memory back).
 if [ "$quick" = 1 ]; then
-  sizes=("$profiled" checkpointing); largest=()
+  sizes=("$profiled" checkpointing copies-off); largest=()
 else
-  sizes=("$profiled" checkpointing "transformer 32000 16384 64" compiled largest)
+  sizes=("$profiled" checkpointing copies-off "transformer 32000 16384 64" compiled largest)
   # Target tokens a step, by the card's memory: 16,384 took 12.8 GiB, each 16,384 more 8.4 GiB.
   mem_gib=$(nvidia-smi --query-gpu=memory.total --format=csv,noheader,nounits 2>/dev/null | head -1)
   mem_gib=$(( ${mem_gib:-0} / 1024 ))
@@ -463,6 +464,13 @@ for size in "${sizes[@]}"; do
       read -r _ _ _ _ _ ckpt_tps ckpt_gib _ <<<"$out"
       note "train step $arch bf16, $tokens tokens, checkpoint_activations" \
         "${ckpt_tps:-$(failed)} tok/s, ${ckpt_gib:-?} GiB (the plain run: the row of this size above)" ;;
+    copies-off)  # trainer's low_precision_copies off at the first size: autocast's casts, the step before them
+      read -r arch vocab tokens len <<<"$profiled"
+      out=$(ours "$arch" "$vocab" "$tokens" "$len" --gemm 0 --low-precision-copies 0 | head -1)
+      [ -n "$out" ] && echo "$out low_precision_copies=0" >>"$logs/throughput.txt"
+      read -r _ _ _ _ _ off_tps off_gib _ <<<"$out"
+      note "train step $arch bf16, $tokens tokens, low_precision_copies off" \
+        "${off_tps:-$(failed)} tok/s, ${off_gib:-?} GiB; ours (copies on)/off $(ratio "${our_profiled_tps:-}" "$off_tps")" ;;
     compiled)  # torch.compile's reference, compiled beside the steps above: its timed steps now
       read -r arch vocab tokens len <<<"$profiled"
       if [ -n "$compile_job" ]; then

@@ -71,8 +71,12 @@ LowPrecisionCopies::LowPrecisionCopies(const std::vector<at::Tensor>& params, co
 LowPrecisionCopies::~LowPrecisionCopies() {
   CopyRegistry& r = copy_registry();
   std::lock_guard<std::mutex> lock(r.mutex);
-  for (size_t i = 0; i < params_.size(); ++i)
-    if (copies_[i].defined()) r.entries.erase(params_[i].unsafeGetTensorImpl());
+  for (size_t i = 0; i < params_.size(); ++i) {
+    if (!copies_[i].defined()) continue;
+    // Only its own: a later LowPrecisionCopies of the same weights (another trainer) keeps its entries.
+    auto it = r.entries.find(params_[i].unsafeGetTensorImpl());
+    if (it != r.entries.end() && it->second.copy.is_same(copies_[i])) r.entries.erase(it);
+  }
   r.size = r.entries.size();
 }
 
@@ -86,7 +90,8 @@ void LowPrecisionCopies::refresh() {
   CopyRegistry& r = copy_registry();
   std::lock_guard<std::mutex> lock(r.mutex);
   for (size_t i = 0; i < params_.size(); ++i)
-    if (copies_[i].defined()) r.entries[params_[i].unsafeGetTensorImpl()].version = copy_version(params_[i]);
+    if (copies_[i].defined())
+      r.entries[params_[i].unsafeGetTensorImpl()] = CopyRegistry::Entry{copies_[i], copy_version(params_[i])};
 }
 
 const at::Tensor& LowPrecisionCopies::gradient_source(size_t i) const {

@@ -38,7 +38,9 @@ class LowPrecisionCopies {
   LowPrecisionCopies(const LowPrecisionCopies&) = delete;
   LowPrecisionCopies& operator=(const LowPrecisionCopies&) = delete;
 
-  // The copies from the weights as they are now (one cast), their gradients zero.
+  // The copies from the weights as they are now (one cast), their gradients zero; these are the
+  // copies scoped_linear reads (where another LowPrecisionCopies holds the same weights, the one
+  // refreshed last; each unregisters only its own).
   void refresh();
   // The tensor whose gradient accumulator receives params[i]'s gradient in backward: its copy,
   // or params[i] itself where it has none.

@@ -74,6 +74,17 @@ TEST_P(LowPrecision, ACopyIsReadUnderItsAutocastUntilItsWeightChanges) {
   }
   AutocastScope autocast(Precision::kBFloat16, device().type());
   EXPECT_FALSE(low_precision_copy(weight).defined()) << "unregistered with its LowPrecisionCopies";
+  // Two at once (another trainer of the same weights): the one refreshed last is read, and the
+  // other's end leaves it registered.
+  auto first = std::make_unique<LowPrecisionCopies>(layer.params, layer.flat, std::vector<bool>{true, true, false},
+                                                    at::kBFloat16);
+  LowPrecisionCopies second(layer.params, layer.flat, {true, true, false}, at::kBFloat16);
+  first->refresh();
+  EXPECT_TRUE(low_precision_copy(weight).is_same(first->gradient_source(0)));
+  second.refresh();
+  EXPECT_TRUE(low_precision_copy(weight).is_same(second.gradient_source(0)));
+  first.reset();
+  EXPECT_TRUE(low_precision_copy(weight).is_same(second.gradient_source(0)));
 }
 
 // scoped_linear through the copies against autocast's casts of separate float32 leaves holding the

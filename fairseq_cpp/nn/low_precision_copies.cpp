@@ -115,17 +115,16 @@ int64_t LowPrecisionCopies::bytes() const {
 at::Tensor low_precision_copy(const at::Tensor& tensor) {
   CopyRegistry& r = copy_registry();
   if (r.size.load(std::memory_order_relaxed) == 0 || !tensor.defined()) return {};
-  at::Tensor copy;
-  {
-    std::lock_guard<std::mutex> lock(r.mutex);
-    auto it = r.entries.find(tensor.unsafeGetTensorImpl());
-    if (it == r.entries.end() || it->second.version != copy_version(tensor)) return {};
-    copy = it->second.copy;
-  }
+  // Autocast first (thread-local, no lock): generation and validation in float32 never take the lock.
   const compat::AutocastState autocast = compat::autocast_state(tensor.device().type());
-  if (!autocast.enabled || autocast.dtype != copy.scalar_type()) return {};
+  if (!autocast.enabled) return {};
+  std::lock_guard<std::mutex> lock(r.mutex);
+  auto it = r.entries.find(tensor.unsafeGetTensorImpl());
+  if (it == r.entries.end() || it->second.version != copy_version(tensor) ||
+      it->second.copy.scalar_type() != autocast.dtype)
+    return {};
   r.reads.fetch_add(1, std::memory_order_relaxed);
-  return copy;
+  return it->second.copy;
 }
 
 int64_t low_precision_copy_reads() { return copy_registry().reads.load(); }

@@ -12,13 +12,17 @@
 namespace fairseq_cpp::nn {
 namespace {
 
-// Every registered copy, by its float32 tensor. Looked up by each scoped_linear call, also on the
+// Every registered copy, by its float32 tensor; one owner per tensor, the LowPrecisionCopies
+// constructed last. Looked up by each scoped_linear call, also on the
 // autograd engine's device thread (an activation-checkpointed block's replay): a lock, and a count
 // that lets a process without copies skip it.
 struct CopyRegistry {
+  // A copy is of the float32 tensor as it was when filled: the same version (in-place changes
+  // bump it) and the same storage (EmaWeights swaps another in with set_data, which does not).
   struct Entry {
     at::Tensor copy;
-    int64_t version = -1;  // the float32 tensor's version when the copy was filled; -1: never
+    int64_t version = -1;        // the float32 tensor's version when the copy was filled; -1: never
+    const void* data = nullptr;  // the float32 tensor's data then
   };
   std::mutex mutex;
   std::unordered_map<const c10::TensorImpl*, Entry> entries;
@@ -63,7 +67,7 @@ LowPrecisionCopies::LowPrecisionCopies(const std::vector<at::Tensor>& params, co
     at::Tensor copy = values_.narrow(0, offset, n).view(params[i].sizes()).detach().requires_grad_(true);
     copy.mutable_grad() = grads_.narrow(0, offset, n).view(params[i].sizes());  // accumulated in place
     copies_[i] = copy;
-    r.entries[params[i].unsafeGetTensorImpl()] = CopyRegistry::Entry{copy, -1};
+    r.entries[params[i].unsafeGetTensorImpl()] = CopyRegistry::Entry{copy, -1, nullptr};
   }
   r.size = r.entries.size();
 }
@@ -73,7 +77,7 @@ LowPrecisionCopies::~LowPrecisionCopies() {
   std::lock_guard<std::mutex> lock(r.mutex);
   for (size_t i = 0; i < params_.size(); ++i) {
     if (!copies_[i].defined()) continue;
-    // Only its own: a later LowPrecisionCopies of the same weights (another trainer) keeps its entries.
+    // Only its own: a later LowPrecisionCopies of the same weights (another trainer) owns them now.
     auto it = r.entries.find(params_[i].unsafeGetTensorImpl());
     if (it != r.entries.end() && it->second.copy.is_same(copies_[i])) r.entries.erase(it);
   }
@@ -89,9 +93,13 @@ void LowPrecisionCopies::refresh() {
   }
   CopyRegistry& r = copy_registry();
   std::lock_guard<std::mutex> lock(r.mutex);
-  for (size_t i = 0; i < params_.size(); ++i)
-    if (copies_[i].defined())
-      r.entries[params_[i].unsafeGetTensorImpl()] = CopyRegistry::Entry{copies_[i], copy_version(params_[i])};
+  for (size_t i = 0; i < params_.size(); ++i) {
+    if (!copies_[i].defined()) continue;
+    auto it = r.entries.find(params_[i].unsafeGetTensorImpl());
+    if (it == r.entries.end() || !it->second.copy.is_same(copies_[i])) continue;  // another owns it now
+    it->second.version = copy_version(params_[i]);
+    it->second.data = params_[i].data_ptr();
+  }
 }
 
 const at::Tensor& LowPrecisionCopies::gradient_source(size_t i) const {
@@ -120,7 +128,7 @@ at::Tensor low_precision_copy(const at::Tensor& tensor) {
   if (!autocast.enabled) return {};
   std::lock_guard<std::mutex> lock(r.mutex);
   auto it = r.entries.find(tensor.unsafeGetTensorImpl());
-  if (it == r.entries.end() || it->second.version != copy_version(tensor) ||
+  if (it == r.entries.end() || it->second.version != copy_version(tensor) || it->second.data != tensor.data_ptr() ||
       it->second.copy.scalar_type() != autocast.dtype)
     return {};
   r.reads.fetch_add(1, std::memory_order_relaxed);

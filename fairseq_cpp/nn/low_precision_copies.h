@@ -16,7 +16,8 @@
 //   copies.fold_gradients(flat_grads, 0, n);   // flat_grads += the copies' gradients; those zeroed
 //
 // A copy is read only while autocast is on for its device in its dtype and its weight has not
-// changed since refresh(); otherwise scoped_linear is autocast's as before.
+// changed since refresh() (its version, and its storage: EmaWeights' set_data swaps that without
+// a version bump); otherwise scoped_linear is autocast's as before.
 
 #include <atomic>
 #include <cstdint>
@@ -38,9 +39,10 @@ class LowPrecisionCopies {
   LowPrecisionCopies(const LowPrecisionCopies&) = delete;
   LowPrecisionCopies& operator=(const LowPrecisionCopies&) = delete;
 
-  // The copies from the weights as they are now (one cast), their gradients zero; these are the
-  // copies scoped_linear reads (where another LowPrecisionCopies holds the same weights, the one
-  // refreshed last; each unregisters only its own).
+  // The copies from the weights as they are now (one cast), their gradients zero, for
+  // scoped_linear to read. A weight has one owner: where several LowPrecisionCopies hold it, the
+  // one constructed last; the others' refresh() fills copies that are never read (their weights
+  // get autocast's casts, and their gradients reach the float32 gradients directly).
   void refresh();
   // The tensor whose gradient accumulator receives params[i]'s gradient in backward: its copy,
   // or params[i] itself where it has none.

@@ -55,7 +55,8 @@ struct TrainerOptions {
   // once per update, and their gradients reach the float32 ones in one cast per bucket
   // (nn::LowPrecisionCopies), instead of autocast's cast of each weight in each forward pass and of
   // each gradient in backward: the same bits, fewer and larger kernels, 4 more bytes per parameter
-  // of the linear layers. Not with sharded gradients.
+  // of the linear layers. Not with sharded gradients. The updates fp16_fallback redoes in bf16
+  // read no fp16 copy: they take autocast's casts, and their gradient buckets start after backward.
   bool low_precision_copies = true;
   // With shard_optimizer_state: ZeRO stage 2 (`zero_sharding: os_grad`), each worker keeps its
   // slice of the reduced gradient only (GradBuckets' sharded mode; every micro-batch's gradients

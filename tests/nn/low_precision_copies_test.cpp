@@ -65,6 +65,12 @@ TEST_P(LowPrecision, ACopyIsReadUnderItsAutocastUntilItsWeightChanges) {
       }
       EXPECT_FALSE(low_precision_copy(weight).defined()) << "the weight changed since refresh()";
       EXPECT_TRUE(low_precision_copy(layer.params[1]).defined()) << "the bias did not";
+      // Another storage swapped in without a version bump (EmaWeights' set_data), then back.
+      const at::Tensor own = layer.params[1].variable_data();
+      layer.params[1].set_data(own.clone());
+      EXPECT_FALSE(low_precision_copy(layer.params[1]).defined()) << "other storage, the same values";
+      layer.params[1].set_data(own);
+      EXPECT_TRUE(low_precision_copy(layer.params[1]).defined()) << "its own storage again";
     }
     copies.refresh();
     AutocastScope autocast(Precision::kBFloat16, device().type());
@@ -74,17 +80,31 @@ TEST_P(LowPrecision, ACopyIsReadUnderItsAutocastUntilItsWeightChanges) {
   }
   AutocastScope autocast(Precision::kBFloat16, device().type());
   EXPECT_FALSE(low_precision_copy(weight).defined()) << "unregistered with its LowPrecisionCopies";
-  // Two at once (another trainer of the same weights): the one refreshed last is read, and the
-  // other's end leaves it registered.
+  // Two at once (another trainer of the same weights): the one constructed last owns them. The
+  // other's refresh() registers nothing, before and after the owner's end, and the end of either
+  // leaves the owner's copies alone.
   auto first = std::make_unique<LowPrecisionCopies>(layer.params, layer.flat, std::vector<bool>{true, true, false},
                                                     at::kBFloat16);
-  LowPrecisionCopies second(layer.params, layer.flat, {true, true, false}, at::kBFloat16);
+  auto second = std::make_unique<LowPrecisionCopies>(layer.params, layer.flat, std::vector<bool>{true, true, false},
+                                                     at::kBFloat16);
   first->refresh();
-  EXPECT_TRUE(low_precision_copy(weight).is_same(first->gradient_source(0)));
-  second.refresh();
-  EXPECT_TRUE(low_precision_copy(weight).is_same(second.gradient_source(0)));
+  EXPECT_FALSE(low_precision_copy(weight).defined()) << "the first's refresh fills no copy that is read";
+  second->refresh();
+  EXPECT_TRUE(low_precision_copy(weight).is_same(second->gradient_source(0)));
+  first->refresh();
+  EXPECT_TRUE(low_precision_copy(weight).is_same(second->gradient_source(0)));
   first.reset();
-  EXPECT_TRUE(low_precision_copy(weight).is_same(second.gradient_source(0)));
+  EXPECT_TRUE(low_precision_copy(weight).is_same(second->gradient_source(0))) << "the owner outlives the first";
+  first = std::make_unique<LowPrecisionCopies>(layer.params, layer.flat, std::vector<bool>{true, true, false},
+                                               at::kBFloat16);
+  second.reset();
+  first->refresh();
+  EXPECT_TRUE(low_precision_copy(weight).is_same(first->gradient_source(0))) << "the newer one owns them";
+  auto third = std::make_unique<LowPrecisionCopies>(layer.params, layer.flat, std::vector<bool>{true, true, false},
+                                                    at::kBFloat16);
+  third.reset();
+  first->refresh();
+  EXPECT_FALSE(low_precision_copy(weight).defined()) << "taken by a newer one that ended: autocast's casts";
 }
 
 // scoped_linear through the copies against autocast's casts of separate float32 leaves holding the

@@ -950,6 +950,35 @@ TEST_P(Training, Bf16LowPrecisionCopiesGiveAutocastsUpdateToTheBit) {
   }
 }
 
+// EMA validation in bf16 after an update that was skipped (here: only dummy batches). The step
+// filled the copies and no update changed the weights since, so their versions say "fresh"; but
+// EmaWeights swaps the shadow's storage in (set_data), and validation must read the shadow, not
+// copies of the live weights. The losses equal the copies-off run's to the bit, with and without
+// the shadow.
+TEST_P(Training, Bf16EmaValidationAfterASkippedUpdateReadsTheShadow) {
+  const data::Batch valid = make_batch(5, 2950);
+  std::vector<double> with_ema, with_own;
+  for (bool copies : {false, true}) {
+    SCOPED_TRACE(copies ? "copies" : "no copies");
+    auto model = make_model();
+    distributed::FakeGang one(1, 0, device());
+    auto trainer =
+        make_trainer(model, one, 0, EmaOptions{0.5, 0, 1}, optim::Precision::kBFloat16, true, "none", 1.0, copies);
+    for (int n = 1; n <= 2; ++n) ASSERT_FALSE(trainer->train_step({make_batch(4, 2940 + n)}).skipped);
+    ASSERT_TRUE(trainer->train_step({data::Batch{}}).skipped);
+    {
+      EmaWeights swap(*trainer->ema());
+      with_ema.push_back(trainer->valid_step(valid).loss_sum);
+    }
+    const int64_t reads = nn::low_precision_copy_reads();
+    with_own.push_back(trainer->valid_step(valid).loss_sum);
+    EXPECT_EQ(nn::low_precision_copy_reads() > reads, copies) << "the live weights' fresh copies";
+  }
+  EXPECT_EQ(with_ema[1], with_ema[0]);
+  EXPECT_EQ(with_own[1], with_own[0]);
+  EXPECT_NE(with_ema[0], with_own[0]) << "the shadow differs from the weights";
+}
+
 // zero_sharding os_grad (issue 36): each worker keeps its slice of the reduced gradient only, every
 // micro-batch's buckets reduced during its backward (or after it, without overlap). The buckets
 // are the unsharded run's, summed by the same all-reduce, so the weights equal the unsharded run's

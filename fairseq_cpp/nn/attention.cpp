@@ -13,6 +13,7 @@
 #include "fairseq_cpp/core/torch_compat.h"
 #include "fairseq_cpp/nn/dropout.h"
 #include "fairseq_cpp/nn/packed_linear.h"
+#include "fairseq_cpp/nn/widened_bf16.h"
 
 namespace fairseq_cpp::nn {
 
@@ -37,6 +38,10 @@ at::Tensor attention_weights(const at::Tensor& q, const at::Tensor& k, const at:
 
 at::Tensor attention(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v, const at::Tensor& mask,
                      double dropout, bool training) {
+  if (q.scalar_type() == at::kBFloat16 && widens_bf16_products(q)) {  // bf16 on a CPU without bf16 products
+    CpuAutocastOff off;
+    return attention(q.to(at::kFloat), k.to(at::kFloat), v.to(at::kFloat), mask, dropout, training).to(at::kBFloat16);
+  }
 #if FSQ_TORCH_AT_LEAST(2, 0)
 #if FSQ_TORCH_AT_LEAST(2, 5)
   // On CUDA in bf16/fp16, PyTorch 2.11 picks cuDNN's fused attention first on Hopper, which builds

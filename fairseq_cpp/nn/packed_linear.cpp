@@ -15,6 +15,7 @@
 #include "fairseq_cpp/core/runtime.h"
 #include "fairseq_cpp/nn/low_precision_copies.h"
 #include "fairseq_cpp/nn/quantized_linear.h"
+#include "fairseq_cpp/nn/widened_bf16.h"
 
 #ifdef FSQ_AVX512_KERNELS
 #include <immintrin.h>
@@ -296,7 +297,8 @@ at::Tensor packed_linear(const at::Tensor& x, const at::Tensor& weight, const at
 at::Tensor scoped_linear(const at::Tensor& x, const at::Tensor& weight, const at::Tensor& bias) {
   if (at::Tensor copy = low_precision_copy(weight); copy.defined()) {  // training in bf16: the update's copies
     at::Tensor bias_copy = low_precision_copy(bias);
-    return at::linear(x, copy, bias_copy.defined() ? bias_copy : bias);
+    const at::Tensor& b = bias_copy.defined() ? bias_copy : bias;
+    return widens_bf16_products(x) ? widened_bf16_linear(x, copy, b) : at::linear(x, copy, b);
   }
   const bool needs_grad =
       at::GradMode::is_enabled() && (x.requires_grad() || weight.requires_grad() || (bias.defined() && bias.requires_grad()));
@@ -316,6 +318,7 @@ at::Tensor scoped_linear(const at::Tensor& x, const at::Tensor& weight, const at
   // autocast, so a bf16 product took a float32 bias through a mixed-type broadcast kernel, 10% of
   // the big model's step on the H100, and its gradient through a separate sum): autocast casts the
   // bias with the operands, and the bias joins the GEMM where LibTorch can fuse it.
+  if (widens_bf16_products(x)) return widened_bf16_linear(x, weight, bias);  // bf16 on a CPU without bf16 products
   return at::linear(x, weight, bias);
 }
 

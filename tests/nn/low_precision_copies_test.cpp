@@ -107,9 +107,10 @@ TEST_P(LowPrecision, ACopyIsReadUnderItsAutocastUntilItsWeightChanges) {
   EXPECT_FALSE(low_precision_copy(weight).defined()) << "taken by a newer one that ended: autocast's casts";
 }
 
-// scoped_linear through the copies against autocast's casts of separate float32 leaves holding the
-// same values: the same output, and the weight's and bias's gradients, folded into the flat
-// float32 gradients, are autocast's to the bit (added twice: two backward passes accumulate).
+// scoped_linear through the copies against scoped_linear of separate float32 leaves holding the
+// same values (autocast's casts; on a CPU without bf16 products, their widened products): the same
+// output, and the weight's and bias's gradients, folded into the flat float32 gradients, are the
+// leaves' to the bit (added twice: two backward passes accumulate).
 TEST_P(LowPrecision, ProductsAndFoldedGradientsAreAutocasts) {
   FlatLayer layer(device());
   const auto options = torch::TensorOptions().device(device());
@@ -124,7 +125,7 @@ TEST_P(LowPrecision, ProductsAndFoldedGradientsAreAutocasts) {
     at::Tensor plain, copied;
     {
       AutocastScope autocast(Precision::kBFloat16, device().type());
-      plain = at::linear(x, w, b);
+      plain = scoped_linear(x, w, b);
       copied = scoped_linear(x, layer.params[0], layer.params[1]);
     }
     EXPECT_TRUE(torch::equal(plain.cpu(), copied.cpu())) << "pass " << pass;

@@ -17,7 +17,8 @@
 //       [--max-tokens 16384] [--len 64] [--bf16 1] [--iters 20] [--warmup 5] [--threads N]
 //       [--peak-tflops 989] [--cpu 1] [--gemm 0] [--profile FILE] [--profile-steps 2]
 //       [--checkpoint-activations 1] [--workers N --rank R --port P] [--zero-sharding none|os|os_grad]
-//       [--layers L] [--low-precision-copies 0]
+//       [--layers L] [--low-precision-copies 0] [--widen-bf16 0]
+// --widen-bf16 0: bf16 products by LibTorch even on a CPU without bf16 hardware (nn/widened_bf16.h).
 // --checkpoint-activations 1: model.checkpoint_activations (each layer recomputed in backward).
 // --low-precision-copies 0: autocast casts each weight at each use (trainer::TrainerOptions).
 // --layers L: L encoder and L decoder layers of the architecture's widths (tools/bench/largest_model.sh).
@@ -64,7 +65,9 @@
 #include "fairseq_cpp/distributed/gang.h"
 #include "fairseq_cpp/distributed/process_group_gang.h"
 #include "fairseq_cpp/models/transformer.h"
+#include "fairseq_cpp/nn/widened_bf16.h"
 #include "fairseq_cpp/optim/lr_scheduler.h"
+#include "fairseq_cpp/optim/mixed_precision.h"
 #include "fairseq_cpp/optim/optimizer.h"
 #include "fairseq_cpp/trainer/trainer.h"
 #include "tools/bench/multi30k_model.h"
@@ -184,22 +187,29 @@ data::Batch bench_batch(int64_t batch, int64_t len, int64_t vocab, c10::Device d
 
 // On the CPU: the GEMM-bound ceiling, a large matrix product in the update's precision on the same
 // threads, and the share of it that the update's model FLOP rate `tflops` reached.
+// The GEMM-bound ceiling: a 2048^3 product in the update's precision, as the update's linear
+// layers take it (in bf16 on a CPU without bf16 products, widened to float32: nn/widened_bf16.h).
 void print_gemm_ceiling(bool bf16, double tflops) {
   const int64_t n = 2048;
   const auto dtype = bf16 ? at::kBFloat16 : at::kFloat;
   at::Tensor a = torch::randn({n, n}).to(dtype), b = torch::randn({n, n}).to(dtype);
-  at::mm(a, b);
+  torch::NoGradGuard no_grad;
+  optim::AutocastScope autocast(bf16 ? optim::Precision::kBFloat16 : optim::Precision::kFloat32, c10::DeviceType::CPU);
+  const bool widened = nn::widens_bf16_products(a);
+  const auto product = [&] { return widened ? nn::widened_bf16_linear(a, b, at::Tensor()) : at::mm(a, b); };
+  product();
   std::vector<double> s;
   for (int i = 0; i < 5; ++i) {
     const auto t0 = std::chrono::steady_clock::now();
-    at::mm(a, b);
+    product();
     s.push_back(std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
   }
   std::sort(s.begin(), s.end());
   const double gemm_tflops = 2.0 * n * n * n / s[s.size() / 2] / 1e12;
-  std::printf("GEMM %lldx%lldx%lld %s on %d threads: %.3f TFLOP/s; this update ran at %.0f%% of it\n",
+  std::printf("GEMM %lldx%lldx%lld %s%s on %d threads: %.3f TFLOP/s; this update ran at %.0f%% of it\n",
               static_cast<long long>(n), static_cast<long long>(n), static_cast<long long>(n), bf16 ? "bf16" : "fp32",
-              at::get_num_threads(), gemm_tflops, 100 * tflops / gemm_tflops);
+              widened ? " (widened to float32: no bf16 products on this CPU)" : "", at::get_num_threads(), gemm_tflops,
+              100 * tflops / gemm_tflops);
 }
 
 }  // namespace
@@ -216,6 +226,7 @@ int main(int argc, char** argv) {
   const int64_t warmup = bench::flag(argc, argv, "--warmup", 5);
   const double peak_tflops = double_flag(argc, argv, "--peak-tflops", 989.0);
   const bool cuda = torch::cuda::is_available() && bench::flag(argc, argv, "--cpu", 0) == 0;
+  if (bench::flag(argc, argv, "--widen-bf16", 1) == 0) nn::set_bf16_widening(nn::Bf16Widening::kNever);
   if (const int64_t threads = bench::flag(argc, argv, "--threads", 0); threads > 0)
     at::set_num_threads(static_cast<int>(threads));
   const c10::Device device = cuda ? c10::Device(c10::kCUDA, 0) : c10::Device(c10::kCPU);

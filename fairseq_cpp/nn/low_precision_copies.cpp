@@ -13,9 +13,9 @@ namespace fairseq_cpp::nn {
 namespace {
 
 // Every registered copy, by its float32 tensor; one owner per tensor, the LowPrecisionCopies
-// constructed last. Looked up by each scoped_linear call, also on the
-// autograd engine's device thread (an activation-checkpointed block's replay): a lock, and a count
-// that lets a process without copies skip it.
+// constructed last (or, once that one has ended, the next to refresh). Looked up by each scoped_linear call, also on
+// the autograd engine's device thread (an activation-checkpointed block's replay): a lock, and a count that lets a
+// process without copies skip it.
 struct CopyRegistry {
   // A copy is of the float32 tensor as it was when filled: the same version (in-place changes
   // bump it) and the same storage (EmaWeights swaps another in with set_data, which does not).
@@ -93,13 +93,21 @@ void LowPrecisionCopies::refresh() {
   }
   CopyRegistry& r = copy_registry();
   std::lock_guard<std::mutex> lock(r.mutex);
+  const auto* flat = static_cast<const char*>(flat_params_.data_ptr());
   for (size_t i = 0; i < params_.size(); ++i) {
     if (!copies_[i].defined()) continue;
-    auto it = r.entries.find(params_[i].unsafeGetTensorImpl());
-    if (it == r.entries.end() || !it->second.copy.is_same(copies_[i])) continue;  // another owns it now
+    // Where no owner is left (the newer one ended), this one takes its weights back.
+    auto it =
+        r.entries.try_emplace(params_[i].unsafeGetTensorImpl(), CopyRegistry::Entry{copies_[i], -1, nullptr}).first;
+    if (!it->second.copy.is_same(copies_[i])) {  // another owns it: its copy is not read while this one trains
+      it->second.version = -1;
+      continue;
+    }
     it->second.version = copy_version(params_[i]);
-    it->second.data = params_[i].data_ptr();
+    // What the copy was filled from: read only while the weight is that (not moved off the flat buffer).
+    it->second.data = flat + copies_[i].storage_offset() * static_cast<int64_t>(flat_params_.element_size());
   }
+  r.size = r.entries.size();
 }
 
 const at::Tensor& LowPrecisionCopies::gradient_source(size_t i) const {

@@ -41,8 +41,10 @@ class LowPrecisionCopies {
 
   // The copies from the weights as they are now (one cast), their gradients zero, for
   // scoped_linear to read. A weight has one owner: where several LowPrecisionCopies hold it, the
-  // one constructed last; the others' refresh() fills copies that are never read (their weights
-  // get autocast's casts, and their gradients reach the float32 gradients directly).
+  // one constructed last, and once that has ended, the next to refresh. The others' refresh()
+  // fills copies that are never read, and makes the owner's unread until it refreshes again: the
+  // others' forward passes take autocast's casts, and their gradients reach the float32
+  // gradients directly, never the owner's copies.
   void refresh();
   // The tensor whose gradient accumulator receives params[i]'s gradient in backward: its copy,
   // or params[i] itself where it has none.

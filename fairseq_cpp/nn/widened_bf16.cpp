@@ -48,7 +48,8 @@ struct WidenedLinear : public torch::autograd::Function<WidenedLinear> {
 }  // namespace
 
 bool widens_bf16_products(const at::Tensor& x) {
-  if (!x.defined() || !x.is_cpu()) return false;
+  // Autocast rounds float32 operands (and bf16 ones are bf16 already); it leaves float64 alone.
+  if (!x.defined() || !x.is_cpu() || (x.scalar_type() != at::kFloat && x.scalar_type() != at::kBFloat16)) return false;
   const compat::AutocastState autocast = compat::autocast_state(c10::DeviceType::CPU);
   if (!autocast.enabled || autocast.dtype != at::kBFloat16) return false;
   switch (widening.load(std::memory_order_relaxed)) {
@@ -75,16 +76,12 @@ at::Tensor widened_bf16_linear(const at::Tensor& x, const at::Tensor& weight, co
   return WidenedLinear::apply(at::TensorList(operands));
 }
 
-CpuAutocastOff::CpuAutocastOff() {
-  compat::AutocastState state = compat::autocast_state(c10::DeviceType::CPU);
-  enabled_ = state.enabled;
-  if (enabled_) compat::set_autocast_state(c10::DeviceType::CPU, {false, state.dtype});
+CpuAutocastOff::CpuAutocastOff() : previous_(compat::autocast_state(c10::DeviceType::CPU)) {
+  if (previous_.enabled) compat::set_autocast_state(c10::DeviceType::CPU, {false, previous_.dtype});
 }
 
 CpuAutocastOff::~CpuAutocastOff() {
-  if (!enabled_) return;
-  compat::AutocastState state = compat::autocast_state(c10::DeviceType::CPU);
-  compat::set_autocast_state(c10::DeviceType::CPU, {true, state.dtype});
+  if (previous_.enabled) compat::set_autocast_state(c10::DeviceType::CPU, previous_);
 }
 
 }  // namespace fairseq_cpp::nn

@@ -40,6 +40,7 @@ void expect_within(const at::Tensor& a, const at::Tensor& b, double rel, double 
 
 struct LinearCase {
   at::Tensor x, weight, bias, upstream;  // float32 leaves; upstream: the loss is sum(y * upstream)
+  bool widened_node = false;             // the last run's output came from the widened node
   LinearCase() {
     torch::manual_seed(11);
     x = torch::randn({3, 7, 48}).requires_grad_(true);
@@ -56,6 +57,7 @@ struct LinearCase {
       AutocastScope autocast(Precision::kBFloat16, c10::DeviceType::CPU);
       y = scoped ? scoped_linear(x, weight, bias) : at::linear(x, weight, bias);
     }
+    widened_node = y.grad_fn()->name().find("WidenedLinear") != std::string::npos;
     (y.to(at::kFloat) * upstream).sum().backward();
     return {y.detach(), x.grad(), weight.grad(), bias.grad()};
   }
@@ -64,11 +66,13 @@ struct LinearCase {
 TEST(WidenedBf16, LinearEqualsLibTorchsBf16ProductAndFloat64Sums) {
   LinearCase c;
   const std::vector<at::Tensor> native = c.run(/*scoped=*/false);
+  EXPECT_FALSE(c.widened_node);
   std::vector<at::Tensor> widened;
   {
     ForceWidening force;
     widened = c.run(/*scoped=*/true);
   }
+  EXPECT_TRUE(c.widened_node);
   // The output: both round float32 sums to bf16, in other orders, so they are at most one bf16
   // step apart and mostly equal. (The gradients are not compared with LibTorch's: its bf16
   // backward on a CPU without bf16 products strayed from the float64 sums below by up to 13% of an
@@ -105,6 +109,19 @@ TEST(WidenedBf16, LinearWithoutBias) {
   expect_within(y, rounded(x.detach()).mm(rounded(weight).t()), kHalfUlp, 1e-5, "output");
   expect_within(x.grad(), rounded(torch::ones({9, 5})).mm(rounded(weight)), kHalfUlp, 1e-5, "x's gradient");
   EXPECT_EQ(x.grad().scalar_type(), at::kFloat);
+  // Only the weight needs a gradient, and x is a non-contiguous 3-D view.
+  const at::Tensor x3 = torch::randn({4, 16, 3}).transpose(1, 2);
+  const at::Tensor w = torch::randn({5, 16}).requires_grad_(true);
+  {
+    ForceWidening force;
+    AutocastScope autocast(Precision::kBFloat16, c10::DeviceType::CPU);
+    y = scoped_linear(x3, w, at::Tensor());
+  }
+  EXPECT_EQ(y.sizes(), (std::vector<int64_t>{4, 3, 5}));
+  y.to(at::kFloat).sum().backward();
+  const at::Tensor x2 = rounded(x3).reshape({12, 16});
+  expect_within(y.reshape({12, 5}), x2.mm(rounded(w.detach()).t()), kHalfUlp, 1e-5, "3-D output");
+  expect_within(w.grad(), torch::ones({12, 5}, at::kDouble).t().mm(x2), kHalfUlp, 1e-5, "weight's gradient");
 }
 
 TEST(WidenedBf16, AttentionEqualsFloat64OfItsBf16Inputs) {
@@ -123,6 +140,7 @@ TEST(WidenedBf16, AttentionEqualsFloat64OfItsBf16Inputs) {
     out = attention(q, k, v, mask, 0.0, true);
   }
   EXPECT_EQ(out.scalar_type(), at::kBFloat16);
+  EXPECT_NE(out.grad_fn()->name().find("ToCopyBackward"), std::string::npos) << "the widened result, rounded";
   (out.to(at::kFloat) * upstream).sum().backward();
   // The same bf16 values in float64, through the reference path.
   std::vector<at::Tensor> wide;
@@ -165,8 +183,16 @@ TEST(WidenedBf16, AppliesToCpuBf16AutocastWithoutBf16Products) {
     EXPECT_FALSE(widens_bf16_products(x)) << "float32";
   }
   AutocastScope autocast(Precision::kBFloat16, c10::DeviceType::CPU);
-  { CpuAutocastOff off; }
-  EXPECT_TRUE(compat::autocast_state(c10::DeviceType::CPU).enabled) << "restored";
+  {
+    CpuAutocastOff off;
+    { CpuAutocastOff nested; }
+    EXPECT_FALSE(compat::autocast_state(c10::DeviceType::CPU).enabled) << "still off after a nested one";
+  }
+  const compat::AutocastState state = compat::autocast_state(c10::DeviceType::CPU);
+  EXPECT_TRUE(state.enabled) << "restored";
+  EXPECT_EQ(state.dtype, at::kBFloat16);
+  ForceWidening force;
+  EXPECT_FALSE(widens_bf16_products(x.to(at::kDouble))) << "autocast leaves float64 alone";
 }
 
 }  // namespace

@@ -1,11 +1,12 @@
 #!/usr/bin/env bash
-# bf16 training on a CPU without bf16 hardware (no AVX512_BF16 or AMX), where LibTorch multiplies
-# bf16 in a scalar loop: the Multi30k model's update (tools/bench/train_step.cpp, --arch multi30k,
+# bf16 training on a CPU without bf16 hardware (no AVX512_BF16 or AMX; refused elsewhere), where
+# LibTorch multiplies bf16 in a scalar loop: the Multi30k model's update (tools/bench/train_step.cpp, --arch multi30k,
 # TOKENS target tokens of 32-token sentences, 2 threads) three ways, RUNS whole processes each,
 # interleaved: bf16 with its products widened to float32 (nn/widened_bf16.h, the default there),
 # bf16 with LibTorch's own products (the previous way, --widen-bf16 0), and float32. Prints per
 # way the median step time, the median whole process (model set-up, 1 warm-up and ITERS timed
-# updates) and both against the widened bf16.
+# updates, and the benchmark's one forward pass that measures activations) and both against the
+# widened bf16.
 #   tools/bench/bf16_widened.sh [BUILD_DIR] [RUNS] [TOKENS] [ITERS]
 set -euo pipefail
 root=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
@@ -14,13 +15,15 @@ runs=${2:-3}
 tokens=${3:-1024}
 iters=${4:-3}
 bench="$build/tools/bench/fsq_bench_train_step"
-cmake --build "$build" --target fsq_bench_train_step >/dev/null ||
-  { echo "bf16_widened: cannot build $bench: configure the project first (tools/setup.sh)" >&2; exit 2; }
 for n in "$runs" "$tokens" "$iters"; do
   [ "$n" -ge 1 ] 2>/dev/null || { echo "bf16_widened: RUNS, TOKENS and ITERS are positive numbers, not \`$n'" >&2; exit 2; }
 done
-grep -qw -e avx512_bf16 -e amx_bf16 /proc/cpuinfo &&
-  echo "bf16_widened: this CPU multiplies bf16 in hardware: the widened way does not apply by default here" >&2
+if grep -qw -e avx512_bf16 -e amx_bf16 /proc/cpuinfo; then
+  echo "bf16_widened: this CPU multiplies bf16 in hardware, where bf16 is not widened: nothing to compare" >&2
+  exit 2
+fi
+cmake --build "$build" --target fsq_bench_train_step >/dev/null ||
+  { echo "bf16_widened: cannot build $bench: configure the project first (tools/setup.sh)" >&2; exit 2; }
 work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT
 

@@ -185,10 +185,9 @@ data::Batch bench_batch(int64_t batch, int64_t len, int64_t vocab, c10::Device d
   return b;
 }
 
-// On the CPU: the GEMM-bound ceiling, a large matrix product in the update's precision on the same
-// threads, and the share of it that the update's model FLOP rate `tflops` reached.
-// The GEMM-bound ceiling: a 2048^3 product in the update's precision, as the update's linear
-// layers take it (in bf16 on a CPU without bf16 products, widened to float32: nn/widened_bf16.h).
+// On the CPU: the GEMM-bound ceiling, a 2048^3 matrix product in the update's precision on the same
+// threads, as the update's linear layers take it (in bf16 on a CPU without bf16 products, widened
+// to float32: nn/widened_bf16.h), and the share of it that the update's model FLOP rate `tflops` reached.
 void print_gemm_ceiling(bool bf16, double tflops) {
   const int64_t n = 2048;
   const auto dtype = bf16 ? at::kBFloat16 : at::kFloat;

@@ -46,8 +46,10 @@
 
 #include <algorithm>
 #include <chrono>
-#include <fstream>
 #include <cstdio>
+#include <fstream>
+#include <functional>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -211,11 +213,136 @@ void print_gemm_ceiling(bool bf16, double tflops) {
               100 * tflops / gemm_tflops);
 }
 
+// Whether --profile and --profile-steps can be followed (the error printed where not).
+bool profile_flags_valid(const std::string& path, int64_t steps) {
+  if (!path.empty() && !bench::kStepProfileSupported) {
+    std::fprintf(stderr, "fsq_bench_train_step: --profile needs LibTorch 2.x (the Kineto profiler); this is %s\n",
+                 compat::kTorchVersion);
+    return false;
+  }
+  if (!path.empty() && steps <= 0) {
+    std::fprintf(stderr, "fsq_bench_train_step: --profile-steps must be greater than 0, but is %lld instead\n",
+                 static_cast<long long>(steps));
+    return false;
+  }
+  return true;
+}
+
+// fairseq's recipe for these models: label-smoothed cross-entropy (0.1), adam (0.9, 0.98) at 5e-4,
+// inverse_sqrt with 4,000 warm-up updates.
+criterions::CriterionOptions bench_criterion_options() {
+  criterions::CriterionOptions co;
+  co.name = "label_smoothed_cross_entropy";
+  co.label_smoothing = 0.1;
+  return co;
+}
+
+optim::OptimizerOptions bench_optimizer_options() {
+  optim::OptimizerOptions oo;
+  oo.name = "adam";
+  oo.lr = 5e-4;
+  oo.betas = {0.9, 0.98};
+  return oo;
+}
+
+optim::LrSchedulerOptions bench_schedule() {
+  optim::LrSchedulerOptions so;
+  so.name = "inverse_sqrt";
+  so.lr = {5e-4};
+  so.warmup_updates = 4000;
+  return so;
+}
+
+// The trainer's options from the flags (--bf16, --zero-sharding, --low-precision-copies); none,
+// with the error printed, for a --zero-sharding that is not none, os or os_grad.
+std::optional<trainer::TrainerOptions> bench_trainer_options(int argc, char** argv, bool bf16) {
+  trainer::TrainerOptions to;
+  to.clip_norm = 0.0;
+  to.check_interval = 0;
+  to.precision = bf16 ? optim::Precision::kBFloat16 : optim::Precision::kFloat32;
+  const std::string sharding = text_flag(argc, argv, "--zero-sharding", "none");
+  if (sharding != "none" && sharding != "os" && sharding != "os_grad") {
+    std::fprintf(stderr, "fsq_bench_train_step: --zero-sharding is none, os or os_grad, not `%s'\n", sharding.c_str());
+    return std::nullopt;
+  }
+  to.shard_optimizer_state = sharding != "none";
+  to.shard_gradients = sharding == "os_grad";
+  to.low_precision_copies = bench::flag(argc, argv, "--low-precision-copies", 1) != 0;
+  return to;
+}
+
+// The median time of `iters` updates on `b` after `warmup` more; -1, with the error printed, when
+// one was skipped.
+double median_step_ms(trainer::Trainer& trainer, const data::Batch& b, int64_t warmup, int64_t iters,
+                      const std::function<void()>& sync) {
+  std::vector<double> ms;
+  for (int64_t i = 0; i < warmup + iters; ++i) {
+    sync();
+    const auto t0 = std::chrono::steady_clock::now();
+    trainer::StepStats s = trainer.train_step({b});
+    sync();
+    const double elapsed = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
+    if (s.skipped) {
+      std::fprintf(stderr, "update %lld was skipped\n", static_cast<long long>(i + 1));
+      return -1;
+    }
+    if (i >= warmup) ms.push_back(elapsed);
+  }
+  std::sort(ms.begin(), ms.end());
+  return ms[ms.size() / 2];
+}
+
+// FLOPs of one update of `batch` sentences of `len` source and target tokens (see the header).
+double update_flops(models::TransformerModel& model, int64_t batch, int64_t len, int64_t vocab) {
+  const auto& opts = model.options();
+  const double d = static_cast<double>(opts.encoder_embed_dim), S = static_cast<double>(len),
+               T = static_cast<double>(len), B = static_cast<double>(batch);
+  const double enc = static_cast<double>(non_embedding_parameters(model, "encoder."));
+  const double dec = static_cast<double>(non_embedding_parameters(model, "decoder."));
+  const double tokens = B * T;
+  const double flops = 6 * (enc * B * S + dec * tokens) + 6 * d * static_cast<double>(vocab) * tokens +
+                       12 * d * B *
+                           (static_cast<double>(opts.encoder_layers) * S * S +
+                            static_cast<double>(opts.decoder_layers) * (T * T + T * S));
+  return flops;
+}
+
+#if FSQ_TORCH_AT_LEAST(2, 0)
+// Profiles `steps` more calls of `step` and writes the profile's table under `heading` to `path`
+// (one line of summary on stdout); false, with the error printed, where that failed.
+bool write_step_profile(const std::function<void()>& step, int64_t flat_numel, int64_t steps, bool cuda,
+                        const std::string& path, const std::string& heading) {
+  bench::StepProfileOptions po;
+  po.cuda = cuda;
+  po.flat_numel = flat_numel;  // the optimizer's flat buffers: one element per parameter
+  const bench::StepProfile profile = bench::profile_steps(step, static_cast<int>(steps), po);
+  if (profile.steps != steps || profile.activities == 0) {
+    std::fprintf(stderr, "fsq_bench_train_step: the profiler recorded %d of %lld steps, with %lld %s in them%s\n",
+                 profile.steps, static_cast<long long>(steps), static_cast<long long>(profile.activities),
+                 cuda ? "kernels" : "ops", cuda ? " (CUPTI missing?)" : "");
+    return false;
+  }
+  std::FILE* f = std::fopen(path.c_str(), "w");
+  if (f == nullptr) {
+    std::fprintf(stderr, "fsq_bench_train_step: cannot write %s\n", path.c_str());
+    return false;
+  }
+  std::fputs(heading.c_str(), f);
+  std::fprintf(f, "# shares of the steps' wall time: %s\n",
+               cuda ? "CUDA kernels, memcpys and memsets (overlaps split evenly); host gaps: nothing on the device"
+                    : "CPU ops' self time; host gaps: outside any op");
+  std::fprintf(f, "# rules: tools/bench/step_profile.h\n%s", bench::profile_table(profile).c_str());
+  std::fclose(f);
+  std::printf("profile: %s\n", bench::profile_summary(profile).c_str());
+  return true;
+}
+#endif
+
 }  // namespace
 
 int main(int argc, char** argv) {
   core::reexec_with_cpu_runtime_settings(argc, argv);  // as the programs run: no spinning thread pools
-  mallopt(M_MMAP_THRESHOLD, 128 * 1024);  // fixed: a freed large tensor leaves the resident set
+  mallopt(M_MMAP_THRESHOLD, 128 * 1024);               // fixed: a freed large tensor leaves the resident set
   const std::string arch = text_flag(argc, argv, "--arch", "transformer");
   const int64_t vocab = arch == "multi30k" ? 8000 : bench::flag(argc, argv, "--vocab", 32000);
   const int64_t max_tokens = bench::flag(argc, argv, "--max-tokens", 16384);
@@ -231,16 +358,7 @@ int main(int argc, char** argv) {
   const c10::Device device = cuda ? c10::Device(c10::kCUDA, 0) : c10::Device(c10::kCPU);
   const std::string profile_path = text_flag(argc, argv, "--profile", "");
   const int64_t profile_steps = bench::flag(argc, argv, "--profile-steps", 2);
-  if (!profile_path.empty() && !bench::kStepProfileSupported) {
-    std::fprintf(stderr, "fsq_bench_train_step: --profile needs LibTorch 2.x (the Kineto profiler); this is %s\n",
-                 compat::kTorchVersion);
-    return 2;
-  }
-  if (!profile_path.empty() && profile_steps <= 0) {
-    std::fprintf(stderr, "fsq_bench_train_step: --profile-steps must be greater than 0, but is %lld instead\n",
-                 static_cast<long long>(profile_steps));
-    return 2;
-  }
+  if (!profile_flags_valid(profile_path, profile_steps)) return 2;
 
   torch::manual_seed(0);
   std::shared_ptr<models::TransformerModel> model = bench_model(argc, argv, arch, vocab);
@@ -248,52 +366,19 @@ int main(int argc, char** argv) {
   const int64_t batch = std::max<int64_t>(1, max_tokens / len);
   const data::Batch b = bench_batch(batch, len, vocab, device);
 
-  criterions::CriterionOptions co;
-  co.name = "label_smoothed_cross_entropy";
-  co.label_smoothing = 0.1;
-  optim::OptimizerOptions oo;
-  oo.name = "adam";
-  oo.lr = 5e-4;
-  oo.betas = {0.9, 0.98};
-  optim::LrSchedulerOptions so;
-  so.name = "inverse_sqrt";
-  so.lr = {5e-4};
-  so.warmup_updates = 4000;
-  trainer::TrainerOptions to;
-  to.clip_norm = 0.0;
-  to.check_interval = 0;
-  to.precision = bf16 ? optim::Precision::kBFloat16 : optim::Precision::kFloat32;
-  const std::string sharding = text_flag(argc, argv, "--zero-sharding", "none");
-  if (sharding != "none" && sharding != "os" && sharding != "os_grad") {
-    std::fprintf(stderr, "fsq_bench_train_step: --zero-sharding is none, os or os_grad, not `%s'\n", sharding.c_str());
-    return 2;
-  }
-  to.shard_optimizer_state = sharding != "none";
-  to.shard_gradients = sharding == "os_grad";
-  to.low_precision_copies = bench::flag(argc, argv, "--low-precision-copies", 1) != 0;
+  const criterions::CriterionOptions co = bench_criterion_options();
+  const std::optional<trainer::TrainerOptions> to = bench_trainer_options(argc, argv, bf16);
+  if (!to) return 2;
   const std::shared_ptr<distributed::Gang> gang = bench_gang(argc, argv, device);
-  trainer::Trainer trainer(to, model, criterions::Criterion(co),
-                           optim::build_optimizer(oo, models::unique_parameters(*model)), optim::build_lr_scheduler(so),
-                           *gang);
+  trainer::Trainer trainer(*to, model, criterions::Criterion(co),
+                           optim::build_optimizer(bench_optimizer_options(), models::unique_parameters(*model)),
+                           optim::build_lr_scheduler(bench_schedule()), *gang);
 
   auto sync = [&] {
     if (cuda) torch::cuda::synchronize();
   };
-  std::vector<double> ms;
-  for (int64_t i = 0; i < warmup + iters; ++i) {
-    sync();
-    const auto t0 = std::chrono::steady_clock::now();
-    trainer::StepStats s = trainer.train_step({b});
-    sync();
-    const double elapsed = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
-    if (s.skipped) {
-      std::fprintf(stderr, "update %lld was skipped\n", static_cast<long long>(i + 1));
-      return 1;
-    }
-    if (i >= warmup) ms.push_back(elapsed);
-  }
-  std::sort(ms.begin(), ms.end());
-  const double median_ms = ms[ms.size() / 2];
+  const double median_ms = median_step_ms(trainer, b, warmup, iters, sync);
+  if (median_ms < 0) return 1;
   double peak_gib = 0;
 #if FSQ_WITH_CUDA
   if (cuda)
@@ -301,55 +386,26 @@ int main(int argc, char** argv) {
         static_cast<double>(c10::cuda::CUDACachingAllocator::getDeviceStats(0).allocated_bytes[0].peak) / (1 << 30);
 #endif
 
-  // FLOPs of one update (see the header).
-  const auto& opts = model->options();
-  const double d = static_cast<double>(opts.encoder_embed_dim), S = static_cast<double>(len),
-               T = static_cast<double>(len), B = static_cast<double>(batch);
-  const double enc = static_cast<double>(non_embedding_parameters(*model, "encoder."));
-  const double dec = static_cast<double>(non_embedding_parameters(*model, "decoder."));
-  const double tokens = B * T;
-  const double flops = 6 * (enc * B * S + dec * tokens) + 6 * d * static_cast<double>(vocab) * tokens +
-                       12 * d * B *
-                           (static_cast<double>(opts.encoder_layers) * S * S +
-                            static_cast<double>(opts.decoder_layers) * (T * T + T * S));
+  const double tokens = static_cast<double>(batch * len);
+  const double flops = update_flops(*model, batch, len, vocab);
   const double tflops = flops / (median_ms / 1000) / 1e12;
   std::printf("%-34s %-5s %-6s %8lld %10.1f %12.0f %10.2f %9.1f %6.1f%%\n", arch.c_str(), bf16 ? "bf16" : "fp32",
               cuda ? "cuda" : "cpu", static_cast<long long>(batch * len), median_ms, tokens / (median_ms / 1000),
               peak_gib, tflops, cuda ? 100 * tflops / peak_tflops : 0.0);
   if (!cuda)
-    print_memory(trainer.model_state_bytes(), activation_bytes(*model, criterions::Criterion(co), b, to.precision));
+    print_memory(trainer.model_state_bytes(), activation_bytes(*model, criterions::Criterion(co), b, to->precision));
   if (!cuda && bench::flag(argc, argv, "--gemm", 1) != 0) print_gemm_ceiling(bf16, tflops);
 #if FSQ_TORCH_AT_LEAST(2, 0)
   if (!profile_path.empty()) {
-    bench::StepProfileOptions po;
-    po.cuda = cuda;
-    po.flat_numel = models::count_parameters(*model);  // the optimizer's flat buffers: one element per parameter
-    const bench::StepProfile profile = bench::profile_steps(
-        [&] {
-          trainer.train_step({b});
-          sync();
-        },
-        static_cast<int>(profile_steps), po);
-    if (profile.steps != profile_steps || profile.activities == 0) {
-      std::fprintf(stderr, "fsq_bench_train_step: the profiler recorded %d of %lld steps, with %lld %s in them%s\n",
-                   profile.steps, static_cast<long long>(profile_steps), static_cast<long long>(profile.activities),
-                   cuda ? "kernels" : "ops", cuda ? " (CUPTI missing?)" : "");
+    const std::string heading = fmt::format(
+        "# {} {} {}, {} tokens/step: {} profiled steps after {} timed (median {:.1f} ms unprofiled)\n", arch,
+        bf16 ? "bf16" : "fp32", cuda ? "cuda" : "cpu", batch * len, profile_steps, warmup + iters, median_ms);
+    const auto step = [&] {
+      trainer.train_step({b});
+      sync();
+    };
+    if (!write_step_profile(step, models::count_parameters(*model), profile_steps, cuda, profile_path, heading))
       return 1;
-    }
-    std::FILE* f = std::fopen(profile_path.c_str(), "w");
-    if (f == nullptr) {
-      std::fprintf(stderr, "fsq_bench_train_step: cannot write %s\n", profile_path.c_str());
-      return 1;
-    }
-    std::fprintf(f, "# %s %s %s, %lld tokens/step: %lld profiled steps after %lld timed (median %.1f ms unprofiled)\n",
-                 arch.c_str(), bf16 ? "bf16" : "fp32", cuda ? "cuda" : "cpu", static_cast<long long>(batch * len),
-                 static_cast<long long>(profile_steps), static_cast<long long>(warmup + iters), median_ms);
-    std::fprintf(f, "# shares of the steps' wall time: %s\n",
-                 cuda ? "CUDA kernels, memcpys and memsets (overlaps split evenly); host gaps: nothing on the device"
-                      : "CPU ops' self time; host gaps: outside any op");
-    std::fprintf(f, "# rules: tools/bench/step_profile.h\n%s", bench::profile_table(profile).c_str());
-    std::fclose(f);
-    std::printf("profile: %s\n", bench::profile_summary(profile).c_str());
   }
 #endif
   return 0;

@@ -16,4 +16,20 @@ struct AutocastState {
 AutocastState autocast_state(c10::DeviceType device);
 void set_autocast_state(c10::DeviceType device, const AutocastState& state);
 
+// `state` for `device` in this scope; the state before it is restored at its end.
+class AutocastStateScope {
+ public:
+  AutocastStateScope(c10::DeviceType device, const AutocastState& state)
+      : device_(device), previous_(autocast_state(device)) {
+    set_autocast_state(device_, state);
+  }
+  ~AutocastStateScope() { set_autocast_state(device_, previous_); }
+  AutocastStateScope(const AutocastStateScope&) = delete;
+  AutocastStateScope& operator=(const AutocastStateScope&) = delete;
+
+ private:
+  c10::DeviceType device_;
+  AutocastState previous_;
+};
+
 }  // namespace fairseq_cpp::compat

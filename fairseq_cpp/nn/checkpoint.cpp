@@ -68,16 +68,16 @@ std::pair<at::Tensor, std::vector<at::Tensor>> run_block(const Replay& replay, a
 class ReplayScope {
  public:
   explicit ReplayScope(const Replay& replay)
-      : device_(replay.device.type()), generators_(generators_of(replay.device)), rng_(states_of(generators_)) {
+      : device_(replay.device.type()),
+        generators_(generators_of(replay.device)),
+        rng_(states_of(generators_)),
+        autocast_(device_, replay.autocast) {
     set_states(generators_, replay.rng_states);
-    autocast_ = compat::autocast_state(device_);
-    compat::set_autocast_state(device_, replay.autocast);
     if (replay.autocast.enabled) at::autocast::increment_nesting();
     nested_ = replay.autocast.enabled;
   }
   ~ReplayScope() {
     if (nested_ && at::autocast::decrement_nesting() == 0) at::autocast::clear_cache();
-    compat::set_autocast_state(device_, autocast_);
     set_states(generators_, rng_);
   }
   ReplayScope(const ReplayScope&) = delete;
@@ -87,7 +87,7 @@ class ReplayScope {
   c10::DeviceType device_;
   std::vector<at::Generator> generators_;
   std::vector<at::Tensor> rng_;
-  compat::AutocastState autocast_;
+  compat::AutocastStateScope autocast_;  // restored after the cache is cleared
   bool nested_ = false;
 };
 

@@ -13,16 +13,16 @@ namespace fairseq_cpp::nn {
 namespace {
 
 // Every registered copy, by its float32 tensor; one owner per tensor, the LowPrecisionCopies
-// constructed last (or, once that one has ended, the next to refresh). Looked up by each scoped_linear call, also on
-// the autograd engine's device thread (an activation-checkpointed block's replay): a lock, and a count that lets a
-// process without copies skip it.
+// constructed last (or, once that one has ended, the next to refresh). Looked up by each
+// scoped_linear call, also on the autograd engine's device thread (an activation-checkpointed
+// block's replay): a lock, and a count that lets a process without copies skip it.
 struct CopyRegistry {
   // A copy is of the float32 tensor as it was when filled: the same version (in-place changes
   // bump it) and the same storage (EmaWeights swaps another in with set_data, which does not).
   struct Entry {
     at::Tensor copy;
     int64_t version = -1;        // the float32 tensor's version when the copy was filled; -1: never
-    const void* data = nullptr;  // the float32 tensor's data then
+    const void* data = nullptr;  // where in the flat buffer the copy was filled from
   };
   std::mutex mutex;
   std::unordered_map<const c10::TensorImpl*, Entry> entries;
@@ -67,7 +67,7 @@ LowPrecisionCopies::LowPrecisionCopies(const std::vector<at::Tensor>& params, co
     at::Tensor copy = values_.narrow(0, offset, n).view(params[i].sizes()).detach().requires_grad_(true);
     copy.mutable_grad() = grads_.narrow(0, offset, n).view(params[i].sizes());  // accumulated in place
     copies_[i] = copy;
-    r.entries[params[i].unsafeGetTensorImpl()] = CopyRegistry::Entry{copy, -1, nullptr};
+    r.entries[params[i].unsafeGetTensorImpl()] = CopyRegistry::Entry{copy};
   }
   r.size = r.entries.size();
 }
@@ -97,8 +97,7 @@ void LowPrecisionCopies::refresh() {
   for (size_t i = 0; i < params_.size(); ++i) {
     if (!copies_[i].defined()) continue;
     // Where no owner is left (the newer one ended), this one takes its weights back.
-    auto it =
-        r.entries.try_emplace(params_[i].unsafeGetTensorImpl(), CopyRegistry::Entry{copies_[i], -1, nullptr}).first;
+    auto it = r.entries.try_emplace(params_[i].unsafeGetTensorImpl(), CopyRegistry::Entry{copies_[i]}).first;
     if (!it->second.copy.is_same(copies_[i])) {  // another owns it: its copy is not read while this one trains
       it->second.version = -1;
       continue;

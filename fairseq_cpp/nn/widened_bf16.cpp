@@ -66,22 +66,12 @@ bool widens_bf16_products(const at::Tensor& x) {
 void set_bf16_widening(Bf16Widening when) { widening.store(when); }
 
 at::Tensor widened_bf16_linear(const at::Tensor& x, const at::Tensor& weight, const at::Tensor& bias) {
-  // The roundings autocast makes, outside the node: their gradients take each operand's dtype.
+  // The roundings autocast makes, outside the node (a cast, which autocast leaves alone): their
+  // gradients take each operand's dtype.
   std::vector<at::Tensor> operands{x, weight};
   if (bias.defined()) operands.push_back(bias);
-  {
-    CpuAutocastOff off;
-    for (at::Tensor& t : operands) t = t.to(at::kBFloat16);
-  }
+  for (at::Tensor& t : operands) t = t.to(at::kBFloat16);
   return WidenedLinear::apply(at::TensorList(operands));
-}
-
-CpuAutocastOff::CpuAutocastOff() : previous_(compat::autocast_state(c10::DeviceType::CPU)) {
-  if (previous_.enabled) compat::set_autocast_state(c10::DeviceType::CPU, {false, previous_.dtype});
-}
-
-CpuAutocastOff::~CpuAutocastOff() {
-  if (previous_.enabled) compat::set_autocast_state(c10::DeviceType::CPU, previous_);
 }
 
 }  // namespace fairseq_cpp::nn

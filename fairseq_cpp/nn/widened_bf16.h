@@ -36,15 +36,9 @@ at::Tensor widened_bf16_linear(const at::Tensor& x, const at::Tensor& weight, co
 
 // Autocast off for the CPU in this scope (the widened float32 work must not be cast back); the
 // state before it is restored at its end.
-class CpuAutocastOff {
- public:
-  CpuAutocastOff();
-  ~CpuAutocastOff();
-  CpuAutocastOff(const CpuAutocastOff&) = delete;
-  CpuAutocastOff& operator=(const CpuAutocastOff&) = delete;
-
- private:
-  compat::AutocastState previous_;
+struct CpuAutocastOff : compat::AutocastStateScope {
+  CpuAutocastOff()
+      : AutocastStateScope(c10::DeviceType::CPU, {false, compat::autocast_state(c10::DeviceType::CPU).dtype}) {}
 };
 
 }  // namespace fairseq_cpp::nn

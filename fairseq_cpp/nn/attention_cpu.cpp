@@ -13,7 +13,12 @@
 #include <limits>
 #include <vector>
 
+#ifdef FSQ_AVX512_KERNELS
+#include <immintrin.h>
+#endif
+
 #include <ATen/Parallel.h>
+#include "fairseq_cpp/core/runtime.h"
 #include "fairseq_cpp/core/torch.h"
 
 #include "fairseq_cpp/nn/attention.h"
@@ -68,6 +73,71 @@ const float* dropped_weights(const float* p, const uint8_t* keep, float keep_sca
   return out.data();
 }
 
+// softmax over one row of scores in place, -inf where the mask (stride ms) is set.
+void softmax_row(float* row, int64_t n, const bool* mask, int64_t ms) {
+  if (mask != nullptr) {
+    for (int64_t s = 0; s < n; ++s)
+      if (mask[s * ms]) row[s] = -std::numeric_limits<float>::infinity();
+  }
+  float max = -std::numeric_limits<float>::infinity();
+  for (int64_t s = 0; s < n; ++s) max = std::max(max, row[s]);
+  float sum = 0;
+  for (int64_t s = 0; s < n; ++s) {
+    row[s] = std::exp(row[s] - max);
+    sum += row[s];
+  }
+  const float inv = 1.0f / sum;  // a row with every key masked gives NaN, as softmax does
+  for (int64_t s = 0; s < n; ++s) row[s] *= inv;
+}
+
+#ifdef FSQ_AVX512_KERNELS
+// One query against tk keys (a decoder's step): p = softmax(q k^T * scale + mask), out = p v,
+// without BLAS, whose sgemm packs all of k and v before multiplying them by a single row (OpenBLAS:
+// three quarters of the attention's time in a beam search). N = dim / 8 registers hold q, then out.
+template <int N>
+__attribute__((target("avx2,fma"))) void attend_row_avx2(const float* q, const float* k, int64_t ks, const float* v,
+                                                         int64_t vs, int64_t tk, float scale, const bool* mask,
+                                                         int64_t ms, float* p, float* out) {
+  __m256 qv[N];
+  for (int j = 0; j < N; ++j) qv[j] = _mm256_loadu_ps(q + 8 * j);
+  for (int64_t s = 0; s < tk; ++s) {
+    const float* key = k + s * ks;
+    __m256 a = _mm256_mul_ps(qv[0], _mm256_loadu_ps(key));
+    for (int j = 1; j < N; ++j) a = _mm256_fmadd_ps(qv[j], _mm256_loadu_ps(key + 8 * j), a);
+    const __m128 h = _mm_add_ps(_mm256_castps256_ps128(a), _mm256_extractf128_ps(a, 1));
+    const __m128 h2 = _mm_add_ps(h, _mm_movehl_ps(h, h));
+    p[s] = _mm_cvtss_f32(_mm_add_ss(h2, _mm_shuffle_ps(h2, h2, 1))) * scale;
+  }
+  softmax_row(p, tk, mask, ms);
+  __m256 acc[N];
+  for (int j = 0; j < N; ++j) acc[j] = _mm256_setzero_ps();
+  for (int64_t s = 0; s < tk; ++s) {
+    const __m256 w = _mm256_set1_ps(p[s]);
+    const float* value = v + s * vs;
+    for (int j = 0; j < N; ++j) acc[j] = _mm256_fmadd_ps(w, _mm256_loadu_ps(value + 8 * j), acc[j]);
+  }
+  for (int j = 0; j < N; ++j) _mm256_storeu_ps(out + 8 * j, acc[j]);
+}
+#endif
+
+using RowKernel = void (*)(const float*, const float*, int64_t, const float*, int64_t, int64_t, float, const bool*,
+                           int64_t, float*, float*);
+
+// The row kernel attend() takes for one query row of `dim` without dropout, or null: on CPUs with
+// AVX2 and FMA, for head sizes 32, 64 (fairseq's transformers) and 128.
+RowKernel row_kernel(int64_t tq, int64_t dim, bool dropout) {
+#ifdef FSQ_AVX512_KERNELS
+  static const bool avx2 = core::cpu_has_avx2_fma();
+  if (!avx2 || tq != 1 || dropout) return nullptr;
+  if (dim == 32) return attend_row_avx2<4>;
+  if (dim == 64) return attend_row_avx2<8>;
+  if (dim == 128) return attend_row_avx2<16>;
+#else
+  (void)tq, (void)dim, (void)dropout;
+#endif
+  return nullptr;
+}
+
 // softmax(q k^T * scale + mask) (through the dropout mask) v for every (batch, head): probs
 // (B, H, Tq, Tk) receives the softmax weights, out the result; key/value row kv_rows[b] (or b).
 void attend(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v, const at::Tensor& mask,
@@ -82,30 +152,20 @@ void attend(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v, const
   Heads qh(q), kh(k), vh(v), oh(out);
   float* p_all = probs.data_ptr<float>();
   const uint8_t* keep_all = keep.defined() ? keep.data_ptr<uint8_t>() : nullptr;
+  const RowKernel one_row = row_kernel(tq, dim, keep_all != nullptr);
   at::parallel_for(0, batch * heads, 1, [&](int64_t first, int64_t last) {
     std::vector<float> dropped(keep_all ? tq * tk : 0);
     for (int64_t i = first; i < last; ++i) {
       const int64_t b = i / heads, h = i % heads;
       const int64_t kv = kv_rows != nullptr ? kv_rows[b] : b;
       float* p = p_all + i * tq * tk;
-      gemm(false, true, tq, tk, dim, scale, qh.at(b, h), qh.st, kh.at(kv, h), kh.st, 0.0f, p, tk);
-      for (int64_t t = 0; t < tq; ++t) {
-        float* row = p + t * tk;
-        if (mask_data != nullptr) {
-          const bool* m = mask_data + b * mb + h * mh + t * mt;
-          for (int64_t s = 0; s < tk; ++s)
-            if (m[s * ms]) row[s] = -std::numeric_limits<float>::infinity();
-        }
-        float max = -std::numeric_limits<float>::infinity();
-        for (int64_t s = 0; s < tk; ++s) max = std::max(max, row[s]);
-        float sum = 0;
-        for (int64_t s = 0; s < tk; ++s) {
-          row[s] = std::exp(row[s] - max);
-          sum += row[s];
-        }
-        const float inv = 1.0f / sum;  // a row with every key masked gives NaN, as softmax does
-        for (int64_t s = 0; s < tk; ++s) row[s] *= inv;
+      const bool* m = mask_data != nullptr ? mask_data + b * mb + h * mh : nullptr;
+      if (one_row != nullptr) {
+        one_row(qh.at(b, h), kh.at(kv, h), kh.st, vh.at(kv, h), vh.st, tk, scale, m, ms, p, oh.at(b, h));
+        continue;
       }
+      gemm(false, true, tq, tk, dim, scale, qh.at(b, h), qh.st, kh.at(kv, h), kh.st, 0.0f, p, tk);
+      for (int64_t t = 0; t < tq; ++t) softmax_row(p + t * tk, tk, m != nullptr ? m + t * mt : nullptr, ms);
       const uint8_t* kp = keep_all ? keep_all + i * tq * tk : nullptr;
       const float* weights = dropped_weights(p, kp, keep_scale, tq * tk, dropped);
       gemm(false, false, tq, dim, tk, 1.0f, weights, tk, vh.at(kv, h), vh.st, 0.0f, oh.at(b, h), oh.st);

@@ -145,9 +145,10 @@ TEST_P(LowPrecision, ProductsAndFoldedGradientsAreAutocasts) {
         copied = scoped_linear(x, layer.params[0], layer.params[1]);
       }
       EXPECT_TRUE(torch::equal(plain.cpu(), copied.cpu())) << "pass " << pass;
-      if (device().is_cpu())
+      if (device().is_cpu()) {
         EXPECT_EQ(copied.grad_fn()->name().find("WidenedLinear") != std::string::npos,
                   widening == Bf16Widening::kAlways);
+      }
       (plain.to(at::kFloat) * upstream).sum().backward();
       (copied.to(at::kFloat) * upstream).sum().backward();
       EXPECT_TRUE(copies.gradient_source(0).grad().ne(0).any().item<bool>());

@@ -28,6 +28,10 @@ bool cpu_attention_applies(const at::Tensor& q, const at::Tensor& k, const at::T
 at::Tensor cpu_attention(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v, const at::Tensor& mask,
                          double dropout, bool training, const at::Tensor& kv_rows = at::Tensor(),
                          at::Tensor* probs = nullptr);
+// Benchmarks and tests: whether cpu_attention may take its kernel for one query row per head (a
+// decoder's step; CPUs with AVX2 and FMA, head sizes 32, 64 and 128) instead of BLAS; on by
+// default (process-wide).
+void set_row_attention_kernels(bool on);
 // softmax(q k^T * scale + mask) in float32: the weights attention() applies, (B, H, Tq, Tk).
 at::Tensor attention_weights(const at::Tensor& q, const at::Tensor& k, const at::Tensor& mask);
 // The matmul-softmax-matmul path on every LibTorch version (softmax in float32, as fairseq).

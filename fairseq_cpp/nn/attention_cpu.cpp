@@ -8,6 +8,7 @@
 #include <dlfcn.h>
 
 #include <algorithm>
+#include <atomic>
 #include <cmath>
 #include <cstdint>
 #include <limits>
@@ -123,12 +124,14 @@ __attribute__((target("avx2,fma"))) void attend_row_avx2(const float* q, const f
 using RowKernel = void (*)(const float*, const float*, int64_t, const float*, int64_t, int64_t, float, const bool*,
                            int64_t, float*, float*);
 
+std::atomic<bool> row_kernels_on{true};  // set_row_attention_kernels
+
 // The row kernel attend() takes for one query row of `dim` without dropout, or null: on CPUs with
 // AVX2 and FMA, for head sizes 32, 64 (fairseq's transformers) and 128.
 RowKernel row_kernel(int64_t tq, int64_t dim, bool dropout) {
 #ifdef FSQ_AVX512_KERNELS
   static const bool avx2 = core::cpu_has_avx2_fma();
-  if (!avx2 || tq != 1 || dropout) return nullptr;
+  if (!avx2 || tq != 1 || dropout || !row_kernels_on.load(std::memory_order_relaxed)) return nullptr;
   if (dim == 32) return attend_row_avx2<4>;
   if (dim == 64) return attend_row_avx2<8>;
   if (dim == 128) return attend_row_avx2<16>;
@@ -242,6 +245,8 @@ struct CpuAttention : public torch::autograd::Function<CpuAttention> {
 };
 
 }  // namespace
+
+void set_row_attention_kernels(bool on) { row_kernels_on.store(on, std::memory_order_relaxed); }
 
 bool cpu_attention_applies(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v, const at::Tensor& kv_rows) {
   if (blas_sgemm() == nullptr) return false;

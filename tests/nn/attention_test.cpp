@@ -109,41 +109,53 @@ TEST(Attention, CpuPathWithKeyRowsEqualsIndexSelectedKeys) {
 
 // One query row per (batch, head), as a decoder's step: on CPUs with AVX2 the head sizes 32, 64 and
 // 128 take attend()'s row kernel (dot products and a weighted sum in registers, no BLAS), 48 the
-// BLAS path. Each against float64 sums of the same inputs, with a padding mask, with the keys'
-// row map (cross-attention) and without (self-attention's cache, a view into a longer buffer).
+// BLAS path, as do all with the row kernels off. Each against float64 sums of the same inputs,
+// with a padding mask, with the keys' row map (cross-attention) and without (self-attention's
+// cache, a view into a longer buffer).
 TEST(Attention, OneQueryRowEqualsFloat64Sums) {
   torch::NoGradGuard no_grad;
-  for (int64_t d : {32, 48, 64, 128}) {
-    torch::manual_seed(d);
-    const int64_t sentences = 3, rows = 6, h = 2, s = 7;
-    at::Tensor q = torch::randn({rows, 1, h, d}).transpose(1, 2);
-    at::Tensor k = torch::randn({sentences, s, h, d}).transpose(1, 2);
-    at::Tensor v = torch::randn({sentences, s, h, d}).transpose(1, 2);
-    at::Tensor kv_rows = torch::tensor({2, 2, 0, 1, 0, 1}, torch::kLong);
-    at::Tensor pad = torch::zeros({sentences, s}, torch::kBool);
-    pad[0][0] = true;
-    pad[1][5] = true;
-    pad[1][6] = true;
-    at::Tensor mask = pad.index_select(0, kv_rows).view({rows, 1, 1, s});
-    at::Tensor probs;
-    at::Tensor got = cpu_attention(q, k, v, mask, 0.0, false, kv_rows, &probs);
-    at::Tensor kd = k.index_select(0, kv_rows).to(torch::kDouble), vd = v.index_select(0, kv_rows).to(torch::kDouble);
-    at::Tensor scores = torch::matmul(q.to(torch::kDouble), kd.transpose(2, 3)) / std::sqrt(static_cast<double>(d));
-    at::Tensor want_probs = torch::softmax(scores.masked_fill(mask, -INFINITY), -1);
-    at::Tensor want = torch::matmul(want_probs, vd);
-    EXPECT_LT((got.to(torch::kDouble) - want).abs().max().item<double>(), 2e-6) << "d " << d;
-    EXPECT_LT((probs.to(torch::kDouble) - want_probs).abs().max().item<double>(), 1e-6) << "d " << d;
-    EXPECT_EQ(probs.masked_select(mask.expand_as(probs)).abs().max().item<float>(), 0.0f) << "d " << d;
+  struct Restore {
+    ~Restore() { set_row_attention_kernels(true); }
+  } restore;
+  for (const bool row_kernels : {true, false}) {
+    for (int64_t d : {32, 48, 64, 128}) {
+      set_row_attention_kernels(row_kernels);
+      torch::manual_seed(d);
+      const int64_t sentences = 3, rows = 6, h = 2, s = 7;
+      at::Tensor q = torch::randn({rows, 1, h, d}).transpose(1, 2);
+      at::Tensor k = torch::randn({sentences, s, h, d}).transpose(1, 2);
+      at::Tensor v = torch::randn({sentences, s, h, d}).transpose(1, 2);
+      at::Tensor kv_rows = torch::tensor({2, 2, 0, 1, 0, 1}, torch::kLong);
+      at::Tensor pad = torch::zeros({sentences, s}, torch::kBool);
+      pad[0][0] = true;
+      pad[1][5] = true;
+      pad[1][6] = true;
+      at::Tensor mask = pad.index_select(0, kv_rows).view({rows, 1, 1, s});
+      at::Tensor probs;
+      at::Tensor got = cpu_attention(q, k, v, mask, 0.0, false, kv_rows, &probs);
+      at::Tensor kd = k.index_select(0, kv_rows).to(torch::kDouble), vd = v.index_select(0, kv_rows).to(torch::kDouble);
+      at::Tensor scores = torch::matmul(q.to(torch::kDouble), kd.transpose(2, 3)) / std::sqrt(static_cast<double>(d));
+      at::Tensor want_probs = torch::softmax(scores.masked_fill(mask, -INFINITY), -1);
+      at::Tensor want = torch::matmul(want_probs, vd);
+      EXPECT_LT((got.to(torch::kDouble) - want).abs().max().item<double>(), 2e-6)
+          << "d " << d << (row_kernels ? "" : ", BLAS");
+      EXPECT_LT((probs.to(torch::kDouble) - want_probs).abs().max().item<double>(), 1e-6)
+          << "d " << d << (row_kernels ? "" : ", BLAS");
+      EXPECT_EQ(probs.masked_select(mask.expand_as(probs)).abs().max().item<float>(), 0.0f)
+          << "d " << d << (row_kernels ? "" : ", BLAS");
 
-    // Self-attention: the first 5 of 9 positions of a cache buffer, one row per hypothesis.
-    at::Tensor buffer = torch::randn({rows, h, 9, d});
-    at::Tensor ks = buffer.narrow(2, 0, 5), vs = buffer.narrow(2, 4, 5);
-    at::Tensor self = cpu_attention(q, ks, vs, at::Tensor(), 0.0, false);
-    at::Tensor self_probs = torch::softmax(
-        torch::matmul(q.to(torch::kDouble), ks.to(torch::kDouble).transpose(2, 3)) / std::sqrt(static_cast<double>(d)),
-        -1);
-    at::Tensor self_want = torch::matmul(self_probs, vs.to(torch::kDouble));
-    EXPECT_LT((self.to(torch::kDouble) - self_want).abs().max().item<double>(), 2e-6) << "d " << d;
+      // Self-attention: the first 5 of 9 positions of a cache buffer, one row per hypothesis.
+      at::Tensor buffer = torch::randn({rows, h, 9, d});
+      at::Tensor ks = buffer.narrow(2, 0, 5), vs = buffer.narrow(2, 4, 5);
+      at::Tensor self = cpu_attention(q, ks, vs, at::Tensor(), 0.0, false);
+      at::Tensor self_probs =
+          torch::softmax(torch::matmul(q.to(torch::kDouble), ks.to(torch::kDouble).transpose(2, 3)) /
+                             std::sqrt(static_cast<double>(d)),
+                         -1);
+      at::Tensor self_want = torch::matmul(self_probs, vs.to(torch::kDouble));
+      EXPECT_LT((self.to(torch::kDouble) - self_want).abs().max().item<double>(), 2e-6)
+          << "d " << d << (row_kernels ? "" : ", BLAS");
+    }
   }
 }
 

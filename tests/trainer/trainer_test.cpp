@@ -943,7 +943,9 @@ TEST_P(Training, Bf16LowPrecisionCopiesGiveAutocastsUpdateToTheBit) {
         EXPECT_TRUE(b.clipped) << "update " << n + 1;
         EXPECT_EQ(b.loss.loss_sum, a.loss.loss_sum) << "update " << n + 1;
         EXPECT_EQ(b.gnorm, a.gnorm) << "update " << n + 1;
-        if (s.workers > 1) EXPECT_GE(b.buckets_started_by_backward, 5) << "update " << n + 1;
+        if (s.workers > 1) {
+          EXPECT_GE(b.buckets_started_by_backward, 5) << "update " << n + 1;
+        }
       }
       expect_same_parameters(*models[plain], *models[copied], 0.0);
     }

@@ -1,7 +1,8 @@
 // Beam search speed on a binarized split with a checkpoint, as fairseq-cpp-generate runs it
 // (batch order, beam, max length, batches dealt out in parts to one worker per thread), against two
 // in-invocation baselines: one batch at a time on all intra-op threads (how fairseq and
-// fairseq-cpp before it searched), and optionally the search with the incremental cache disabled
+// fairseq-cpp before it searched), the workers with the decoder's one-row attention through BLAS
+// (as before its row kernel), and optionally the search with the incremental cache disabled
 // (every step re-decodes the whole prefix). tools/bench/generate.sh runs it.
 //
 //   build/tools/bench/fsq_bench_generate DATA CKPT [--threads 2] [--runs 3] [--beam 5] [--batch 128]
@@ -22,6 +23,7 @@
 #include "fairseq_cpp/data/language_pair_dataset.h"
 #include "fairseq_cpp/generation/batch_search.h"
 #include "fairseq_cpp/generation/sequence_generator.h"
+#include "fairseq_cpp/nn/attention.h"
 
 using namespace fairseq_cpp;
 
@@ -121,10 +123,13 @@ int main(int argc, char** argv) {
     run_once(*loaded.model);
     return 0;
   }
-  std::vector<Run> cached, workers, uncached;
-  for (int i = 0; i < runs; ++i) {  // interleaved, so that both see the same machine
+  std::vector<Run> cached, workers, blas_rows, uncached;
+  for (int i = 0; i < runs; ++i) {  // interleaved, so that all see the same machine
     cached.push_back(run_once(*loaded.model));
     workers.push_back(run_workers(*loaded.model));
+    nn::set_row_attention_kernels(false);
+    blas_rows.push_back(run_workers(*loaded.model));
+    nn::set_row_attention_kernels(true);
   }
   NoCacheModel no_cache(loaded.model);
   for (int i = 0; i < no_cache_runs; ++i) uncached.push_back(run_once(no_cache));
@@ -141,6 +146,7 @@ int main(int argc, char** argv) {
   };
   if (!uncached.empty()) row("fairseq-cpp, cache disabled (median)", median(uncached));
   row("fairseq-cpp, one batch at a time (baseline)", c);
+  row("fairseq-cpp, " + std::to_string(threads) + " workers, one-row attention by BLAS", median(blas_rows));
   row("fairseq-cpp, " + std::to_string(threads) + " workers (as the program)", median(workers));
   return 0;
 }

@@ -235,6 +235,89 @@ TEST(AttentionCaches, CachesOnSharedBuffersEqualOwnCopiesAndStopAllocatingAfterT
   EXPECT_EQ(first_buffers.size(), 5u);
 }
 
+// Beam search's self-attention caches kept in place (CPU float32, head size 64, AVX2's row
+// kernel): step after step of reorders (a row per sentence growing to a row per hypothesis, rows
+// duplicated and dropped, a sentence finishing), each
+// cache holds what a cache with its own copies holds, gathered by position; attention that reads
+// it by position gives the bits of attention over those copies; its buffers never move; and a
+// step past `max_steps` leaves the in-place form and is still right.
+TEST(AttentionCaches, CachesKeptInPlaceEqualOwnCopiesAndNeverMove) {
+  if (!row_attention_kernel_applies(64)) GTEST_SKIP() << "the row kernel needs a CPU with AVX2 and FMA";
+  torch::NoGradGuard no_grad;
+  torch::manual_seed(6);
+  const int64_t heads = 2, dim = 64, max_steps = 6;
+  auto buffers = std::make_shared<CacheBuffers>(max_steps);
+  AttentionCache in_place, own;
+  in_place.buffers = buffers;
+  const void* first_buffer = nullptr;
+  int64_t rows = 2;
+  for (int64_t step = 0; step < max_steps + 2; ++step) {
+    // Step 1 reads 5 rows of 2 (as beam search's second step), step 3 drops to 3 (a sentence finishes).
+    const int64_t next_rows = step == 1 ? 5 : step == 3 ? 3 : rows;
+    at::Tensor order = torch::randint(rows, {next_rows}, torch::kLong);
+    at::Tensor k = torch::randn({next_rows, 1, heads, dim}).transpose(1, 2);
+    at::Tensor v = torch::randn({next_rows, 1, heads, dim}).transpose(1, 2);
+    at::Tensor q = torch::randn({next_rows, 1, heads, dim}).transpose(1, 2);
+    if (step > 0) {
+      in_place.reorder(order);
+      own.reorder(order);
+    }
+    own.append(k, v);
+    const bool fits = step < max_steps;
+    ASSERT_EQ(in_place.can_append_in_place(k, v), fits) << "step " << step;
+    if (fits) {
+      in_place.append_in_place(k, v);
+      if (step == 1) first_buffer = in_place.key_buffer.data_ptr();  // the buffers for 5 rows
+      if (step > 1) {
+        EXPECT_EQ(in_place.key_buffer.data_ptr(), first_buffer) << "step " << step;
+      }
+      EXPECT_EQ(in_place.positions.sizes(), (std::vector<int64_t>{next_rows, step + 1}));
+      at::Tensor by_position =
+          cpu_attention(q, in_place.key, in_place.value, at::Tensor(), 0.0, false, in_place.positions);
+      at::Tensor over_copies = cpu_attention(q, own.key, own.value, at::Tensor(), 0.0, false);
+      EXPECT_TRUE(torch::equal(by_position, over_copies)) << "step " << step;
+      AttentionCache gathered = in_place;
+      gathered.materialize();
+      EXPECT_FALSE(gathered.positions.defined());
+      ASSERT_TRUE(torch::equal(gathered.key, own.key)) << "step " << step;
+      ASSERT_TRUE(torch::equal(gathered.value, own.value)) << "step " << step;
+    } else {
+      in_place.append(k, v);  // past max_steps: gathered, then appended as a plain cache
+      EXPECT_FALSE(in_place.positions.defined());
+      ASSERT_TRUE(torch::equal(in_place.key, own.key)) << "step " << step;
+      ASSERT_TRUE(torch::equal(in_place.value, own.value)) << "step " << step;
+    }
+    rows = next_rows;
+  }
+}
+
+// The module's incremental decoding with the caches in place against caches without buffers (each
+// step copied): the same outputs up to float rounding, step after step, with reorders.
+TEST(AttentionCaches, ModuleStepsWithCachesInPlaceEqualCopiedCaches) {
+  if (!row_attention_kernel_applies(64)) GTEST_SKIP() << "the row kernel needs a CPU with AVX2 and FMA";
+  torch::NoGradGuard no_grad;
+  torch::manual_seed(7);
+  MultiheadAttention attn(MultiheadAttentionOptions{128, 2, 0.0});
+  attn->eval();
+  AttentionCache in_place, copied;
+  in_place.buffers = std::make_shared<CacheBuffers>(8);
+  for (int64_t step = 0; step < 5; ++step) {
+    at::Tensor x = torch::randn({step == 0 ? 2 : 4, 1, 128});
+    if (step > 0) {  // the first step has 2 rows, the later ones 4
+      at::Tensor order =
+          step == 1 ? torch::tensor({1, 0, 1, 1}, torch::kLong) : torch::tensor({1, 1, 3, 0}, torch::kLong);
+      in_place.reorder(order);
+      copied.reorder(order);
+    }
+    at::Tensor a = attn->forward(x, x, at::Tensor(), at::Tensor(), &in_place);
+    at::Tensor b = attn->forward(x, x, at::Tensor(), at::Tensor(), &copied);
+    EXPECT_TRUE(in_place.positions.defined()) << "step " << step;
+    EXPECT_FALSE(copied.positions.defined()) << "step " << step;
+    // The copied caches' attention is LibTorch's own on 2.x (its sums in another order).
+    EXPECT_LT((a - b).abs().max().item<double>(), 1e-5) << "step " << step;
+  }
+}
+
 TEST_P(Attention, CausalMaskForbidsTheFuture) {
   at::Tensor m = causal_mask(3, device());
   EXPECT_EQ(m.device(), device());

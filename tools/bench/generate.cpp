@@ -1,9 +1,10 @@
 // Beam search speed on a binarized split with a checkpoint, as fairseq-cpp-generate runs it
-// (batch order, beam, max length, batches dealt out in parts to one worker per thread), against two
+// (batch order, beam, max length, batches dealt out in parts to one worker per thread), against
 // in-invocation baselines: one batch at a time on all intra-op threads (how fairseq and
 // fairseq-cpp before it searched), the workers with the decoder's one-row attention through BLAS
-// (as before its row kernel), and optionally the search with the incremental cache disabled
-// (every step re-decodes the whole prefix). tools/bench/generate.sh runs it.
+// and its self-attention caches copied at every step (as before the row kernel and the caches
+// kept in place), and optionally the search with the incremental cache disabled (every step
+// re-decodes the whole prefix). tools/bench/generate.sh runs it.
 //
 //   build/tools/bench/fsq_bench_generate DATA CKPT [--threads 2] [--runs 3] [--beam 5] [--batch 128]
 //       [--no-cache-runs 0] [--profile trace.json]
@@ -59,6 +60,30 @@ struct Run {
   int64_t tokens = 0;
 };
 
+Run median(std::vector<Run> v) {
+  std::sort(v.begin(), v.end(), [](const Run& a, const Run& b) { return a.seconds < b.seconds; });
+  return v[v.size() / 2];
+}
+
+// The table: fairseq's README figure, then the medians of each way of searching (uncached: none
+// when empty).
+void print_table(int threads, const std::vector<Run>& uncached, const std::vector<Run>& cached,
+                 const std::vector<Run>& blas_rows, const std::vector<Run>& workers) {
+  const double kFairseqSeconds = 23.7, kFairseqSentences = 42.26, kFairseqTokens = 632.82;
+  fmt::print("{:<44} {:>9} {:>12} {:>11} {:>9}\n", "beam 5, batch 128, " + std::to_string(threads) + " threads",
+             "seconds", "sentences/s", "tokens/s", "speed-up");
+  fmt::print("{:<44} {:>9.1f} {:>12.2f} {:>11.2f} {:>9}\n", "fairseq v0.9 (README figure, quiet machine)",
+             kFairseqSeconds, kFairseqSentences, kFairseqTokens, "1.00x");
+  auto row = [&](const std::string& name, const Run& r) {
+    fmt::print("{:<44} {:>9.1f} {:>12.2f} {:>11.2f} {:>8.2f}x\n", name, r.seconds, r.sentences / r.seconds,
+               r.tokens / r.seconds, kFairseqSeconds / r.seconds);
+  };
+  if (!uncached.empty()) row("fairseq-cpp, cache disabled (median)", median(uncached));
+  row("fairseq-cpp, one batch at a time (baseline)", median(cached));
+  row("fairseq-cpp, " + std::to_string(threads) + " workers, BLAS, caches copied", median(blas_rows));
+  row("fairseq-cpp, " + std::to_string(threads) + " workers (as the program)", median(workers));
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -113,11 +138,6 @@ int main(int argc, char** argv) {
     r.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
     return r;
   };
-  auto median = [](std::vector<Run> v) {
-    std::sort(v.begin(), v.end(), [](const Run& a, const Run& b) { return a.seconds < b.seconds; });
-    return v[v.size() / 2];
-  };
-
   if (!profile.empty()) {
     torch::autograd::profiler::RecordProfile guard(profile);
     run_once(*loaded.model);
@@ -134,19 +154,6 @@ int main(int argc, char** argv) {
   NoCacheModel no_cache(loaded.model);
   for (int i = 0; i < no_cache_runs; ++i) uncached.push_back(run_once(no_cache));
 
-  const double kFairseqSeconds = 23.7, kFairseqSentences = 42.26, kFairseqTokens = 632.82;
-  const Run c = median(cached);
-  fmt::print("{:<44} {:>9} {:>12} {:>11} {:>9}\n", "beam 5, batch 128, " + std::to_string(threads) + " threads",
-             "seconds", "sentences/s", "tokens/s", "speed-up");
-  fmt::print("{:<44} {:>9.1f} {:>12.2f} {:>11.2f} {:>9}\n", "fairseq v0.9 (README figure, quiet machine)",
-             kFairseqSeconds, kFairseqSentences, kFairseqTokens, "1.00x");
-  auto row = [&](const std::string& name, const Run& r) {
-    fmt::print("{:<44} {:>9.1f} {:>12.2f} {:>11.2f} {:>8.2f}x\n", name, r.seconds, r.sentences / r.seconds,
-               r.tokens / r.seconds, kFairseqSeconds / r.seconds);
-  };
-  if (!uncached.empty()) row("fairseq-cpp, cache disabled (median)", median(uncached));
-  row("fairseq-cpp, one batch at a time (baseline)", c);
-  row("fairseq-cpp, " + std::to_string(threads) + " workers, one-row attention by BLAS", median(blas_rows));
-  row("fairseq-cpp, " + std::to_string(threads) + " workers (as the program)", median(workers));
+  print_table(threads, uncached, cached, blas_rows, workers);
   return 0;
 }

@@ -91,10 +91,12 @@ struct AttentionCache {
   // dimension 2: one copy of the cache instead of index_select's and cat's.
   void append(const at::Tensor& step_key, const at::Tensor& step_value);
   // Whether append_in_place can take this step's (B', H, 1, D) keys and values: float32 CPU
-  // tensors, buffers set, and the cache empty or in place with B' rows and room for one more position.
+  // tensors, buffers set, and the cache empty or in place with B' rows (more than half of its
+  // buffers' rows) and room for one more position. Once not, append() takes the cache out of place.
   bool can_append_in_place(const at::Tensor& step_key, const at::Tensor& step_value) const;
-  // Writes the step at rows 0..B'-1 and position T of the buffers (allocated at the first step, and
-  // again when B' outgrows them) and extends `positions` by that column.
+  // Writes the step at rows 0..B'-1 and position T of the buffers (allocated for one position at
+  // the first step, and for `max_steps` at the next, or when B' outgrows them) and extends
+  // `positions` by that column.
   void append_in_place(const at::Tensor& step_key, const at::Tensor& step_value);
 };
 

@@ -239,9 +239,10 @@ TEST(AttentionCaches, CachesOnSharedBuffersEqualOwnCopiesAndStopAllocatingAfterT
 // kernel): step after step of reorders (a row per sentence growing to a row per hypothesis, rows
 // duplicated and dropped, a sentence finishing), each
 // cache holds what a cache with its own copies holds, gathered by position; attention that reads
-// it by position gives the bits of attention over those copies; its buffers never move; and a
-// step past `max_steps` leaves the in-place form and is still right.
-TEST(AttentionCaches, CachesKeptInPlaceEqualOwnCopiesAndNeverMove) {
+// it by position gives the bits of attention over those copies; its buffers move only when the
+// rows outgrow them; with half of the rows or fewer left, it leaves the in-place form and is still
+// right; and no step is written past `max_steps`.
+TEST(AttentionCaches, CachesKeptInPlaceEqualOwnCopiesUntilHalfTheRowsAreLeft) {
   if (!row_attention_kernel_applies(64)) GTEST_SKIP() << "the row kernel needs a CPU with AVX2 and FMA";
   torch::NoGradGuard no_grad;
   torch::manual_seed(6);
@@ -252,8 +253,9 @@ TEST(AttentionCaches, CachesKeptInPlaceEqualOwnCopiesAndNeverMove) {
   const void* first_buffer = nullptr;
   int64_t rows = 2;
   for (int64_t step = 0; step < max_steps + 2; ++step) {
-    // Step 1 reads 5 rows of 2 (as beam search's second step), step 3 drops to 3 (a sentence finishes).
-    const int64_t next_rows = step == 1 ? 5 : step == 3 ? 3 : rows;
+    // Step 1 reads 5 rows of 2 (as beam search's second step), step 3 drops to 3 and step 5 to 2
+    // (sentences finish; 2 of the buffers' 5 rows: the cache leaves the in-place form).
+    const int64_t next_rows = step == 1 ? 5 : step == 3 ? 3 : step == 5 ? 2 : rows;
     at::Tensor order = torch::randint(rows, {next_rows}, torch::kLong);
     at::Tensor k = torch::randn({next_rows, 1, heads, dim}).transpose(1, 2);
     at::Tensor v = torch::randn({next_rows, 1, heads, dim}).transpose(1, 2);
@@ -263,7 +265,7 @@ TEST(AttentionCaches, CachesKeptInPlaceEqualOwnCopiesAndNeverMove) {
       own.reorder(order);
     }
     own.append(k, v);
-    const bool fits = step < max_steps;
+    const bool fits = step < 5;
     ASSERT_EQ(in_place.can_append_in_place(k, v), fits) << "step " << step;
     if (fits) {
       in_place.append_in_place(k, v);
@@ -271,6 +273,7 @@ TEST(AttentionCaches, CachesKeptInPlaceEqualOwnCopiesAndNeverMove) {
       if (step > 1) {
         EXPECT_EQ(in_place.key_buffer.data_ptr(), first_buffer) << "step " << step;
       }
+      EXPECT_EQ(in_place.key.size(0), step == 0 ? 2 : 5) << "step " << step;
       EXPECT_EQ(in_place.positions.sizes(), (std::vector<int64_t>{next_rows, step + 1}));
       at::Tensor by_position =
           cpu_attention(q, in_place.key, in_place.value, at::Tensor(), 0.0, false, in_place.positions);
@@ -282,12 +285,20 @@ TEST(AttentionCaches, CachesKeptInPlaceEqualOwnCopiesAndNeverMove) {
       ASSERT_TRUE(torch::equal(gathered.key, own.key)) << "step " << step;
       ASSERT_TRUE(torch::equal(gathered.value, own.value)) << "step " << step;
     } else {
-      in_place.append(k, v);  // past max_steps: gathered, then appended as a plain cache
+      in_place.append(k, v);  // gathered, then appended as a plain cache
       EXPECT_FALSE(in_place.positions.defined());
       ASSERT_TRUE(torch::equal(in_place.key, own.key)) << "step " << step;
       ASSERT_TRUE(torch::equal(in_place.value, own.value)) << "step " << step;
     }
     rows = next_rows;
+  }
+  // The buffers' last position taken: the next step is not appended in place.
+  AttentionCache full;
+  full.buffers = std::make_shared<CacheBuffers>(3);
+  for (int64_t step = 0; step < 4; ++step) {
+    at::Tensor k = torch::randn({2, heads, 1, dim});
+    ASSERT_EQ(full.can_append_in_place(k, k), step < 3) << "step " << step;
+    if (step < 3) full.append_in_place(k, k);
   }
 }
 

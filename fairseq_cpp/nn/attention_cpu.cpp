@@ -284,8 +284,10 @@ at::Tensor cpu_attention(const at::Tensor& q, const at::Tensor& k, const at::Ten
   TORCH_CHECK(std::all_of(row_of, row_of + n, [&](int64_t r) { return r >= 0 && r < k.size(0); }),
               "cpu_attention: kv_rows out of range for ", k.size(0), " key rows");
   const bool by_position = rows.dim() == 2;
-  TORCH_CHECK(!by_position || (rows.size(1) == k.size(2) && q.size(2) == 1),
-              "cpu_attention: kv_rows (B, Tk) needs one query row and a row per key");
+  TORCH_CHECK(!by_position ||
+                  (rows.size(0) == q.size(0) && rows.size(1) == k.size(2) && q.size(2) == 1 && k.sizes() == v.sizes()),
+              "cpu_attention: kv_rows (B, Tk) needs one query row, a row of the map per query row and per key, "
+              "and keys and values of one shape");
   at::Tensor probs = at::empty({q.size(0), q.size(1), q.size(2), k.size(2)}, q.options());
   at::Tensor out = empty_heads(q.size(0), q.size(1), q.size(2), q.size(3), q.options());
   attend(qr, row_major(k), row_major(v), m, row_of, by_position, at::Tensor(), 1.0f, probs, out);

@@ -9,6 +9,7 @@
 
 #include "tests/support/torch.h"
 
+#include "fairseq_cpp/core/runtime.h"
 #include "fairseq_cpp/nn/attention.h"
 #include "tests/support/devices.h"
 
@@ -120,6 +121,7 @@ TEST(Attention, OneQueryRowEqualsFloat64Sums) {
   for (const bool row_kernels : {true, false}) {
     for (int64_t d : {32, 48, 64, 128}) {
       set_row_attention_kernels(row_kernels);
+      EXPECT_EQ(row_attention_kernel_applies(d), row_kernels && d != 48 && core::cpu_has_avx2_fma()) << "d " << d;
       torch::manual_seed(d);
       const int64_t sentences = 3, rows = 6, h = 2, s = 7;
       at::Tensor q = torch::randn({rows, 1, h, d}).transpose(1, 2);
@@ -240,9 +242,9 @@ TEST(AttentionCaches, CachesOnSharedBuffersEqualOwnCopiesAndStopAllocatingAfterT
 // duplicated and dropped, a sentence finishing), each
 // cache holds what a cache with its own copies holds, gathered by position; attention that reads
 // it by position gives the bits of attention over those copies; its buffers move only when the
-// rows outgrow them; with half of the rows or fewer left, it leaves the in-place form and is still
+// rows outgrow them; with an eighth of the rows gone, it leaves the in-place form and is still
 // right; and no step is written past `max_steps`.
-TEST(AttentionCaches, CachesKeptInPlaceEqualOwnCopiesUntilHalfTheRowsAreLeft) {
+TEST(AttentionCaches, CachesKeptInPlaceEqualOwnCopiesUntilAnEighthOfTheRowsAreGone) {
   if (!row_attention_kernel_applies(64)) GTEST_SKIP() << "the row kernel needs a CPU with AVX2 and FMA";
   torch::NoGradGuard no_grad;
   torch::manual_seed(6);
@@ -253,9 +255,9 @@ TEST(AttentionCaches, CachesKeptInPlaceEqualOwnCopiesUntilHalfTheRowsAreLeft) {
   const void* first_buffer = nullptr;
   int64_t rows = 2;
   for (int64_t step = 0; step < max_steps + 2; ++step) {
-    // Step 1 reads 5 rows of 2 (as beam search's second step), step 3 drops to 3 and step 5 to 2
-    // (sentences finish; 2 of the buffers' 5 rows: the cache leaves the in-place form).
-    const int64_t next_rows = step == 1 ? 5 : step == 3 ? 3 : step == 5 ? 2 : rows;
+    // Step 1 reads 16 rows of 2 (as beam search's second step), step 3 drops to 15 and step 5 to
+    // 13 (sentences finish; 13 of the buffers' 16 rows: the cache leaves the in-place form).
+    const int64_t next_rows = step == 1 ? 16 : step == 3 ? 15 : step == 5 ? 13 : rows;
     at::Tensor order = torch::randint(rows, {next_rows}, torch::kLong);
     at::Tensor k = torch::randn({next_rows, 1, heads, dim}).transpose(1, 2);
     at::Tensor v = torch::randn({next_rows, 1, heads, dim}).transpose(1, 2);
@@ -269,16 +271,20 @@ TEST(AttentionCaches, CachesKeptInPlaceEqualOwnCopiesUntilHalfTheRowsAreLeft) {
     ASSERT_EQ(in_place.can_append_in_place(k, v), fits) << "step " << step;
     if (fits) {
       in_place.append_in_place(k, v);
-      if (step == 1) first_buffer = in_place.key_buffer.data_ptr();  // the buffers for 5 rows
+      if (step == 1) first_buffer = in_place.key_buffer.data_ptr();  // the buffers for 16 rows
       if (step > 1) {
         EXPECT_EQ(in_place.key_buffer.data_ptr(), first_buffer) << "step " << step;
       }
-      EXPECT_EQ(in_place.key.size(0), step == 0 ? 2 : 5) << "step " << step;
+      EXPECT_EQ(in_place.key.size(0), step == 0 ? 2 : 16) << "step " << step;
       EXPECT_EQ(in_place.positions.sizes(), (std::vector<int64_t>{next_rows, step + 1}));
       at::Tensor by_position =
           cpu_attention(q, in_place.key, in_place.value, at::Tensor(), 0.0, false, in_place.positions);
       at::Tensor over_copies = cpu_attention(q, own.key, own.value, at::Tensor(), 0.0, false);
       EXPECT_TRUE(torch::equal(by_position, over_copies)) << "step " << step;
+      at::Tensor mask = torch::rand({next_rows, 1, 1, step + 1}) > 0.5;  // padded keys
+      mask.select(3, 0).fill_(false);
+      at::Tensor masked = cpu_attention(q, in_place.key, in_place.value, mask, 0.0, false, in_place.positions);
+      EXPECT_TRUE(torch::equal(masked, cpu_attention(q, own.key, own.value, mask, 0.0, false))) << "step " << step;
       AttentionCache gathered = in_place;
       gathered.materialize();
       EXPECT_FALSE(gathered.positions.defined());

@@ -130,8 +130,9 @@ std::atomic<bool> row_kernels_on{true};  // set_row_attention_kernels
 // AVX2 and FMA, for head sizes 32, 64 (fairseq's transformers) and 128.
 RowKernel row_kernel(int64_t tq, int64_t dim, bool dropout) {
 #ifdef FSQ_AVX512_KERNELS
-  static const bool avx2 = core::cpu_has_avx2_fma();
-  if (!avx2 || tq != 1 || dropout || !row_kernels_on.load(std::memory_order_relaxed)) return nullptr;
+  if (!core::cpu_has_avx2_fma() || tq != 1 || dropout || !row_kernels_on.load(std::memory_order_relaxed)) {
+    return nullptr;
+  }
   if (dim == 32) return attend_row_avx2<4>;
   if (dim == 64) return attend_row_avx2<8>;
   if (dim == 128) return attend_row_avx2<16>;

@@ -6,17 +6,26 @@
 # scores about 2 BLEU against the German references, an untrained model's output about 0; these
 # 200 updates score about 18 (1,024 tokens a worker scored 44, for 1.4x the test's CPU time; fewer
 # updates with a shorter warm-up learned less, not more).
-# Usage: demo_test.sh SOURCE_DIR BUILD_DIR [UPDATES] [FLOOR]
+# PRECISION (DEMO_PRECISION: auto, bf16 or fp32) defaults to auto, bf16 on a CPU that multiplies
+# bf16 in hardware and fp32 elsewhere; the training log must name the precision chosen.
+# Usage: demo_test.sh SOURCE_DIR BUILD_DIR [UPDATES] [FLOOR] [PRECISION]
 set -uo pipefail
-src=${1:?usage: demo_test.sh SOURCE_DIR BUILD_DIR [UPDATES] [FLOOR]}
-build=${2:?usage: demo_test.sh SOURCE_DIR BUILD_DIR [UPDATES] [FLOOR]}
+usage="usage: demo_test.sh SOURCE_DIR BUILD_DIR [UPDATES] [FLOOR] [PRECISION]"
+src=${1:?$usage}
+build=${2:?$usage}
 updates=${3:-200}
 floor=${4:-10}
+precision=${5:-auto}
+expected=$precision
+if [ "$precision" = auto ]; then
+  expected=fp32
+  if grep -qw -e avx512_bf16 -e amx_bf16 /proc/cpuinfo; then expected=bf16; fi
+fi
 dir=$(mktemp -d /tmp/fsq-demo-XXXXXX)
 trap 'rm -rf "$dir"' EXIT
 source "$(dirname "${BASH_SOURCE[0]}")/check.sh"
 
-DEMO_DIR="$dir" BUILD_DIR="$build" DEMO_SETUP=0 DEMO_MIN_BLEU="$floor" \
+DEMO_DIR="$dir" BUILD_DIR="$build" DEMO_SETUP=0 DEMO_MIN_BLEU="$floor" DEMO_PRECISION="$precision" \
   "$src/tools/demo.sh" distributed_training.distributed_world_size=2 dataset.max_tokens=512 \
   optimization.max_update="$updates" \
   >"$dir/out.txt" 2>&1
@@ -24,6 +33,7 @@ code=$?
 cat "$dir/out.txt"
 check "demo.sh exits 0 with BLEU >= $floor (exit code $code)" [ "$code" -eq 0 ]
 check "two worker processes trained" grep -q "rank=0/2 " "$dir/out.txt"
+check "the training ran in $expected (DEMO_PRECISION $precision)" grep -q "; precision $expected\b" "$dir/train.log"
 check "training stopped at $updates updates" grep -q "num_updates $updates\b\|\"num_updates\": $updates\b\|num_updates=$updates\b" "$dir/train.log"
 check "the best checkpoint exists" [ -s "$dir/checkpoints/checkpoint_best.pt" ]
 check "the loss curve is a PNG" [ "$(head -c 8 "$dir/loss.png" 2>/dev/null | od -An -tx1 | tr -d ' \n')" = "89504e470d0a1a0a" ]

@@ -1,10 +1,14 @@
 #include "fairseq_cpp/nn/attention.h"
 
+#include <algorithm>
 #include <cmath>
 #include <cstring>
 #include <limits>
+#include <new>
 #include <utility>
 #include <vector>
+
+#include <sys/mman.h>
 
 #include <ATen/Parallel.h>
 #include "fairseq_cpp/core/torch.h"
@@ -68,12 +72,48 @@ at::Tensor causal_mask(int64_t length, const at::Device& device) {
   return torch::ones({length, length}, torch::TensorOptions().dtype(torch::kBool).device(device)).triu(1);
 }
 
+namespace {
+
+// (B, H, T, D) from the (R, H, T, D) float32 CPU `cache`: position t of row b from row rows[b][t].
+at::Tensor gather_positions(const at::Tensor& cache, const at::Tensor& rows) {
+  const at::Tensor map = rows.to(at::kLong).contiguous();
+  const int64_t batch = map.size(0), heads = cache.size(1), len = cache.size(2), dim = cache.size(3);
+  at::Tensor out = at::empty({batch, heads, len, dim}, cache.options());
+  const float* src = cache.data_ptr<float>();
+  const int64_t sr = cache.stride(0), sh = cache.stride(1), st = cache.stride(2);
+  const int64_t* row_of = map.data_ptr<int64_t>();
+  float* dst = out.data_ptr<float>();
+  at::parallel_for(0, batch * heads, 16, [&](int64_t first, int64_t last) {
+    for (int64_t i = first; i < last; ++i) {
+      const int64_t b = i / heads, h = i % heads;
+      for (int64_t t = 0; t < len; ++t) {
+        std::memcpy(dst + (i * len + t) * dim, src + row_of[b * len + t] * sr + h * sh + t * st, sizeof(float) * dim);
+      }
+    }
+  });
+  return out;
+}
+
+}  // namespace
+
 void AttentionCache::reorder(const at::Tensor& new_order) {
   if (!key.defined()) return;
+  if (positions.defined()) {  // in place: the rows stay, their map follows the hypotheses
+    positions = positions.index_select(0, new_order.to(positions.device()));
+    return;
+  }
   pending_rows = pending_rows.defined() ? pending_rows.index_select(0, new_order) : new_order;
 }
 
 void AttentionCache::materialize() {
+  if (positions.defined()) {
+    key = gather_positions(key, positions);
+    value = gather_positions(value, positions);
+    positions = at::Tensor();
+    key_buffer = at::Tensor();
+    value_buffer = at::Tensor();
+    return;
+  }
   if (!pending_rows.defined()) return;
   key = key.index_select(0, pending_rows);
   if (value.defined()) value = value.index_select(0, pending_rows);
@@ -133,7 +173,71 @@ void CacheBuffers::give_back(at::Tensor buffer) {
   if (buffer.defined() && (!spare.defined() || buffer.numel() > spare.numel())) spare = std::move(buffer);
 }
 
+bool AttentionCache::can_append_in_place(const at::Tensor& step_key, const at::Tensor& step_value) const {
+  const bool float_cpu = step_key.is_cpu() && step_key.scalar_type() == at::kFloat && step_value.is_cpu() &&
+                         step_value.scalar_type() == at::kFloat && step_key.dim() == 4 && step_key.size(2) == 1 &&
+                         step_value.sizes() == step_key.sizes();
+  if (!float_cpu || buffers == nullptr || buffers->max_steps < 1) return false;
+  if (!key.defined()) return true;
+  // An eighth of the rows gone (finished sentences): their pages would stay resident to the end of
+  // the search, where the copying form keeps only the rows alive. (Leaving at half of the rows
+  // cost the fixture's translation, whose sentences finish over many steps, 25-38 MiB at its peak,
+  // measured with the buffers from the allocator.)
+  return positions.defined() && positions.size(0) == step_key.size(0) && 8 * step_key.size(0) > 7 * key.size(0) &&
+         key.size(1) == step_key.size(1) && key.size(3) == step_key.size(3) && key.size(2) < buffers->max_steps;
+}
+
+namespace {
+
+// An uninitialized tensor on pages mapped for it alone and unmapped when it dies. A cache kept in
+// place touches its buffers' pages only as it reaches their positions; from the allocator, whose
+// freed pages stay resident until the batch ends (jemalloc with dirty_decay_ms -1), the buffers
+// it leaves (for larger ones, or for the copying form once sentences finish) would stay resident
+// beside their successors: 30-35 MiB at the peak of the fixture's translation (issue 37).
+at::Tensor empty_own_pages(const std::vector<int64_t>& shape, const at::TensorOptions& options) {
+  int64_t numel = 1;
+  for (int64_t n : shape) numel *= n;
+  const size_t bytes = std::max<size_t>(1, static_cast<size_t>(numel) * options.dtype().itemsize());
+  void* pages = mmap(nullptr, bytes, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+  if (pages == MAP_FAILED) throw std::bad_alloc();
+  return at::from_blob(
+      pages, shape, [bytes](void* p) { munmap(p, bytes); }, options);
+}
+
+}  // namespace
+
+void AttentionCache::append_in_place(const at::Tensor& step_key, const at::Tensor& step_value) {
+  TORCH_CHECK(can_append_in_place(step_key, step_value), "AttentionCache: this step cannot be appended in place");
+  const int64_t rows = step_key.size(0), len = key.defined() ? key.size(2) : 0;
+  if (!key.defined() || rows > key.size(0) || len == key_buffer.size(0)) {
+    // Position-major (T, R, H, D): a step writes one contiguous slab, so the pages resident are
+    // those of the positions reached (per-row blocks of max_steps positions each left a page
+    // partly written per row and head). More rows than the buffers have (beam search's first
+    // step decodes one row per sentence, the next one per hypothesis), or the first step's
+    // one-position buffers full: new buffers for max_steps positions, with the positions so far
+    // gathered into them. (Buffers for max_steps positions at the first step, freed at the
+    // second, left the fixture's translation with about 10 MiB more at its peak.)
+    const std::vector<int64_t> shape{key.defined() ? buffers->max_steps : 1, rows, step_key.size(1), step_key.size(3)};
+    at::Tensor new_key = empty_own_pages(shape, step_key.options());
+    at::Tensor new_value = empty_own_pages(shape, step_value.options());
+    for (int64_t t = 0; t < len; ++t) {
+      const at::Tensor from = positions.select(1, t);
+      new_key.select(0, t).copy_(key_buffer.select(0, t).index_select(0, from));
+      new_value.select(0, t).copy_(value_buffer.select(0, t).index_select(0, from));
+    }
+    key_buffer = new_key;
+    value_buffer = new_value;
+    positions = at::arange(rows, step_key.options().dtype(at::kLong)).unsqueeze(1).expand({rows, len});
+  }
+  key_buffer.select(0, len).narrow(0, 0, rows).copy_(step_key.select(2, 0));
+  value_buffer.select(0, len).narrow(0, 0, rows).copy_(step_value.select(2, 0));
+  key = key_buffer.narrow(0, 0, len + 1).permute({1, 2, 0, 3});  // (R, H, T + 1, D)
+  value = value_buffer.narrow(0, 0, len + 1).permute({1, 2, 0, 3});
+  positions = at::cat({positions, at::arange(rows, positions.options()).unsqueeze(1)}, 1);
+}
+
 void AttentionCache::append(const at::Tensor& step_key, const at::Tensor& step_value) {
+  if (positions.defined()) materialize();
   if (!key.defined()) {
     key = step_key;
     value = step_value;
@@ -210,6 +314,12 @@ at::Tensor MultiheadAttentionImpl::forward(const at::Tensor& query, const at::Te
       if (static_kv) {
         cache->key = k;
         cache->value = v;
+      } else if (!is_training() && !at::GradMode::is_enabled() && row_attention_kernel_applies(head_dim_) &&
+                 cache->can_append_in_place(k, v)) {
+        cache->append_in_place(k, v);  // read by position below, never copied
+        kv_rows = cache->positions;
+        k = cache->key;
+        v = cache->value;
       } else {
         cache->append(k, v);
         k = cache->key;

@@ -21,8 +21,10 @@ at::Tensor attention(const at::Tensor& q, const at::Tensor& k, const at::Tensor&
 // One autograd node with one BLAS GEMM per (batch, head), for float32 CPU tensors, used by
 // attention() on LibTorch 1.x whose CPU bmm dispatches per batch element (attention_cpu.cpp);
 // applies when the BLAS exports sgemm_ and the shapes agree. With `kv_rows` (B) int64, query row b
-// attends to key/value row kv_rows[b] (k and v may have fewer rows); that form has no gradient, and
-// `probs` (when given) receives its softmax weights (B, H, Tq, Tk).
+// attends to key/value row kv_rows[b] (k and v may have fewer rows); with `kv_rows` (B, Tk), its
+// key/value t is in row kv_rows[b][t] (a cache whose rows never move; one query row per head, and
+// only where row_attention_kernel_applies). Those forms have no gradient, and `probs` (when given)
+// receives their softmax weights (B, H, Tq, Tk).
 bool cpu_attention_applies(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v,
                            const at::Tensor& kv_rows = at::Tensor());
 at::Tensor cpu_attention(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v, const at::Tensor& mask,
@@ -31,7 +33,9 @@ at::Tensor cpu_attention(const at::Tensor& q, const at::Tensor& k, const at::Ten
 // Whether cpu_attention takes its kernel for one query row per head of `head_dim` (a decoder's step)
 // instead of BLAS: on CPUs with AVX2 and FMA, for head sizes 32, 64 and 128.
 bool row_attention_kernel_applies(int64_t head_dim);
-// Benchmarks and tests: whether cpu_attention may take that kernel; on by default (process-wide).
+// Benchmarks and tests: whether cpu_attention may take that kernel (and the decoder keep its
+// self-attention caches in place, which only that kernel reads); on by default (process-wide; not
+// to be changed while a search runs).
 void set_row_attention_kernels(bool on);
 // softmax(q k^T * scale + mask) in float32: the weights attention() applies, (B, H, Tq, Tk).
 at::Tensor attention_weights(const at::Tensor& q, const at::Tensor& k, const at::Tensor& mask);
@@ -63,6 +67,14 @@ struct CacheBuffers {
 // Cached keys and values of one attention block, each (B, H, T, D); undefined until the first step.
 // Beam search reorders the rows every step; the reordering is composed lazily and applied in the
 // same copy that appends the next step (self-attention), or when the keys are next read.
+//
+// A self-attention cache can instead keep its rows in place (append_in_place: float32 on the CPU,
+// read by cpu_attention's row kernel): key and value are then (R, H, T, D) views of position-major
+// (max_steps, R, H, D) buffers (`buffers->max_steps`; one position at the first step), each step's
+// keys and values are written once, at their position and row, and copied again only when the
+// rows outgrow the buffers, and `positions` (B, T) says which row holds position t of row b. A reorder permutes
+// `positions` only. Copying the whole cache at every step was 8% of a beam search at transformer-base size (issue 37).
+// The position-major buffers lie on pages of their own, unmapped as soon as the cache lets them go.
 struct AttentionCache {
   at::Tensor key;
   at::Tensor value;
@@ -70,14 +82,25 @@ struct AttentionCache {
   // Where the appending copy of float32 CPU caches writes (set by the decoder from its
   // IncrementalState); without it each step allocates its copy.
   std::shared_ptr<CacheBuffers> buffers;
-  at::Tensor key_buffer, value_buffer;  // the flat buffers that key and value are views of, or undefined
+  // The buffers that key and value are views of (flat; in place: (max_steps, R, H, D)), or undefined.
+  at::Tensor key_buffer, value_buffer;
+  at::Tensor positions;                 // in place: (B, T) int64, the row of key/value of each position
   // Keeps the batch rows `new_order` (beam search), as index_select on dimension 0 would.
   void reorder(const at::Tensor& new_order);
-  // Applies a pending reorder to key and value.
+  // Applies a pending reorder to key and value; a cache kept in place is gathered into (B, H, T, D)
+  // tensors and is no longer in place.
   void materialize();
   // key/value with the pending reorder applied and one step's (B', H, 1, D) appended at the end of
   // dimension 2: one copy of the cache instead of index_select's and cat's.
   void append(const at::Tensor& step_key, const at::Tensor& step_value);
+  // Whether append_in_place can take this step's (B', H, 1, D) keys and values: float32 CPU
+  // tensors, buffers set, and the cache empty or in place with B' rows (more than 7/8 of its
+  // buffers' rows) and room for one more position. Once not, append() takes the cache out of place.
+  bool can_append_in_place(const at::Tensor& step_key, const at::Tensor& step_value) const;
+  // Writes the step at rows 0..B'-1 and position T of the buffers (allocated for one position at
+  // the first step, and for `max_steps` at the next, or when B' outgrows them) and extends
+  // `positions` by that column.
+  void append_in_place(const at::Tensor& step_key, const at::Tensor& step_value);
 };
 
 struct MultiheadAttentionOptions {

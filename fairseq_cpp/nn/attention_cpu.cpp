@@ -95,14 +95,16 @@ void softmax_row(float* row, int64_t n, const bool* mask, int64_t ms) {
 // One query against tk keys (a decoder's step): p = softmax(q k^T * scale + mask), out = p v,
 // without BLAS, whose sgemm packs all of k and v before multiplying them by a single row (OpenBLAS:
 // three quarters of the attention's time in a beam search). N = dim / 8 registers hold q, then out.
+// Row s of k is at k + s * ks, plus rows[s] * kr where `rows` is given (a cache kept in place).
 template <int N>
-__attribute__((target("avx2,fma"))) void attend_row_avx2(const float* q, const float* k, int64_t ks, const float* v,
-                                                         int64_t vs, int64_t tk, float scale, const bool* mask,
-                                                         int64_t ms, float* p, float* out) {
+__attribute__((target("avx2,fma"))) void attend_row_avx2(const float* q, const float* k, int64_t ks, int64_t kr,
+                                                         const float* v, int64_t vs, int64_t vr, const int64_t* rows,
+                                                         int64_t tk, float scale, const bool* mask, int64_t ms,
+                                                         float* p, float* out) {
   __m256 qv[N];
   for (int j = 0; j < N; ++j) qv[j] = _mm256_loadu_ps(q + 8 * j);
   for (int64_t s = 0; s < tk; ++s) {
-    const float* key = k + s * ks;
+    const float* key = k + s * ks + (rows != nullptr ? rows[s] * kr : 0);
     __m256 a = _mm256_mul_ps(qv[0], _mm256_loadu_ps(key));
     for (int j = 1; j < N; ++j) a = _mm256_fmadd_ps(qv[j], _mm256_loadu_ps(key + 8 * j), a);
     const __m128 h = _mm_add_ps(_mm256_castps256_ps128(a), _mm256_extractf128_ps(a, 1));
@@ -114,15 +116,15 @@ __attribute__((target("avx2,fma"))) void attend_row_avx2(const float* q, const f
   for (int j = 0; j < N; ++j) acc[j] = _mm256_setzero_ps();
   for (int64_t s = 0; s < tk; ++s) {
     const __m256 w = _mm256_set1_ps(p[s]);
-    const float* value = v + s * vs;
+    const float* value = v + s * vs + (rows != nullptr ? rows[s] * vr : 0);
     for (int j = 0; j < N; ++j) acc[j] = _mm256_fmadd_ps(w, _mm256_loadu_ps(value + 8 * j), acc[j]);
   }
   for (int j = 0; j < N; ++j) _mm256_storeu_ps(out + 8 * j, acc[j]);
 }
 #endif
 
-using RowKernel = void (*)(const float*, const float*, int64_t, const float*, int64_t, int64_t, float, const bool*,
-                           int64_t, float*, float*);
+using RowKernel = void (*)(const float*, const float*, int64_t, int64_t, const float*, int64_t, int64_t, const int64_t*,
+                           int64_t, float, const bool*, int64_t, float*, float*);
 
 std::atomic<bool> row_kernels_on{true};  // set_row_attention_kernels
 
@@ -143,9 +145,11 @@ RowKernel row_kernel(int64_t tq, int64_t dim, bool dropout) {
 }
 
 // softmax(q k^T * scale + mask) (through the dropout mask) v for every (batch, head): probs
-// (B, H, Tq, Tk) receives the softmax weights, out the result; key/value row kv_rows[b] (or b).
+// (B, H, Tq, Tk) receives the softmax weights, out the result; key/value row kv_rows[b] (or b), or
+// with `by_position`, key/value t of row b in row kv_rows[b * Tk + t] (the row kernel only).
 void attend(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v, const at::Tensor& mask,
-            const int64_t* kv_rows, const at::Tensor& keep, float keep_scale, at::Tensor& probs, at::Tensor& out) {
+            const int64_t* kv_rows, bool by_position, const at::Tensor& keep, float keep_scale, at::Tensor& probs,
+            at::Tensor& out) {
   const int64_t batch = q.size(0), heads = q.size(1), tq = q.size(2), dim = q.size(3), tk = k.size(2);
   const float scale = static_cast<float>(1.0 / std::sqrt(static_cast<double>(dim)));
   // An empty mask stands for none (apply() needs a defined tensor).
@@ -157,15 +161,17 @@ void attend(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v, const
   float* p_all = probs.data_ptr<float>();
   const uint8_t* keep_all = keep.defined() ? keep.data_ptr<uint8_t>() : nullptr;
   const RowKernel one_row = row_kernel(tq, dim, keep_all != nullptr);
+  TORCH_CHECK(!by_position || one_row != nullptr, "cpu_attention: keys by position need the row kernel");
   at::parallel_for(0, batch * heads, 1, [&](int64_t first, int64_t last) {
     std::vector<float> dropped(keep_all ? tq * tk : 0);
     for (int64_t i = first; i < last; ++i) {
       const int64_t b = i / heads, h = i % heads;
-      const int64_t kv = kv_rows != nullptr ? kv_rows[b] : b;
+      const int64_t kv = by_position ? 0 : kv_rows != nullptr ? kv_rows[b] : b;
       float* p = p_all + i * tq * tk;
       const bool* m = mask_data != nullptr ? mask_data + b * mb + h * mh : nullptr;
       if (one_row != nullptr) {
-        one_row(qh.at(b, h), kh.at(kv, h), kh.st, vh.at(kv, h), vh.st, tk, scale, m, ms, p, oh.at(b, h));
+        one_row(qh.at(b, h), kh.at(kv, h), kh.st, kh.sb, vh.at(kv, h), vh.st, vh.sb,
+                by_position ? kv_rows + b * tk : nullptr, tk, scale, m, ms, p, oh.at(b, h));
         continue;
       }
       gemm(false, true, tq, tk, dim, scale, qh.at(b, h), qh.st, kh.at(kv, h), kh.st, 0.0f, p, tk);
@@ -189,7 +195,7 @@ struct CpuAttention : public torch::autograd::Function<CpuAttention> {
     if (dropout > 0) keep = dropout_keep_mask(probs.sizes(), dropout);
     const float keep_scale = dropout > 0 ? static_cast<float>(1.0 / (1.0 - dropout)) : 1.0f;
     at::Tensor out = empty_heads(batch, heads, tq, dim, q.options());
-    attend(q, k, v, mask, nullptr, keep, keep_scale, probs, out);
+    attend(q, k, v, mask, nullptr, false, keep, keep_scale, probs, out);
     ctx->save_for_backward({q, k, v, probs});
     ctx->saved_data["keep"] = keep;
     ctx->saved_data["keep_scale"] = static_cast<double>(keep_scale);
@@ -256,8 +262,12 @@ bool cpu_attention_applies(const at::Tensor& q, const at::Tensor& k, const at::T
   for (const at::Tensor* x : {&q, &k, &v}) {
     if (!x->is_cpu() || x->scalar_type() != at::kFloat || x->dim() != 4) return false;
   }
-  const bool rows_agree = kv_rows.defined() ? kv_rows.dim() == 1 && kv_rows.is_cpu() && kv_rows.size(0) == q.size(0)
-                                            : q.size(0) == k.size(0);
+  const bool by_row = kv_rows.defined() && kv_rows.dim() == 1;
+  const bool by_position = kv_rows.defined() && kv_rows.dim() == 2 && kv_rows.size(1) == k.size(2) && q.size(2) == 1 &&
+                           row_attention_kernel_applies(q.size(3));
+  const bool rows_agree = kv_rows.defined()
+                              ? (by_row || by_position) && kv_rows.is_cpu() && kv_rows.size(0) == q.size(0)
+                              : q.size(0) == k.size(0);
   return rows_agree && k.sizes() == v.sizes() && q.size(1) == k.size(1) && q.size(3) == k.size(3) && q.size(2) > 0 &&
          k.size(2) > 0;
 }
@@ -274,9 +284,14 @@ at::Tensor cpu_attention(const at::Tensor& q, const at::Tensor& k, const at::Ten
   const int64_t n = rows.numel();
   TORCH_CHECK(std::all_of(row_of, row_of + n, [&](int64_t r) { return r >= 0 && r < k.size(0); }),
               "cpu_attention: kv_rows out of range for ", k.size(0), " key rows");
+  const bool by_position = rows.dim() == 2;
+  TORCH_CHECK(!by_position ||
+                  (rows.size(0) == q.size(0) && rows.size(1) == k.size(2) && q.size(2) == 1 && k.sizes() == v.sizes()),
+              "cpu_attention: kv_rows (B, Tk) needs one query row, a row of the map per query row and per key, "
+              "and keys and values of one shape");
   at::Tensor probs = at::empty({q.size(0), q.size(1), q.size(2), k.size(2)}, q.options());
   at::Tensor out = empty_heads(q.size(0), q.size(1), q.size(2), q.size(3), q.options());
-  attend(qr, row_major(k), row_major(v), m, row_of, at::Tensor(), 1.0f, probs, out);
+  attend(qr, row_major(k), row_major(v), m, row_of, by_position, at::Tensor(), 1.0f, probs, out);
   if (probs_out != nullptr) *probs_out = probs;
   return out;
 }

@@ -2,10 +2,15 @@
 // exercise the CPU kernel itself, cpu_attention, stay CPU-only).
 #include <gtest/gtest.h>
 
+#include <cerrno>
 #include <cmath>
+#include <cstdint>
 #include <memory>
 #include <set>
 #include <vector>
+
+#include <sys/mman.h>
+#include <unistd.h>
 
 #include "tests/support/torch.h"
 
@@ -235,6 +240,136 @@ TEST(AttentionCaches, CachesOnSharedBuffersEqualOwnCopiesAndStopAllocatingAfterT
     }
   }
   EXPECT_EQ(first_buffers.size(), 5u);
+}
+
+// Beam search's self-attention caches kept in place (CPU float32, head size 64, AVX2's row
+// kernel): step after step of reorders (a row per sentence growing to a row per hypothesis, rows
+// duplicated and dropped, a sentence finishing), each
+// cache holds what a cache with its own copies holds, gathered by position; attention that reads
+// it by position gives the bits of attention over those copies; its buffers move only when the
+// rows outgrow them; with an eighth of the rows gone, it leaves the in-place form and is still
+// right; and no step is written past `max_steps`.
+TEST(AttentionCaches, CachesKeptInPlaceEqualOwnCopiesUntilAnEighthOfTheRowsAreGone) {
+  if (!row_attention_kernel_applies(64)) GTEST_SKIP() << "the row kernel needs a CPU with AVX2 and FMA";
+  torch::NoGradGuard no_grad;
+  torch::manual_seed(6);
+  const int64_t heads = 2, dim = 64, max_steps = 6;
+  auto buffers = std::make_shared<CacheBuffers>(max_steps);
+  AttentionCache in_place, own;
+  in_place.buffers = buffers;
+  const void* first_buffer = nullptr;
+  int64_t rows = 2;
+  for (int64_t step = 0; step < max_steps + 2; ++step) {
+    // Step 1 reads 16 rows of 2 (as beam search's second step), step 3 drops to 15 and step 5 to
+    // 13 (sentences finish; 13 of the buffers' 16 rows: the cache leaves the in-place form).
+    const int64_t next_rows = step == 1 ? 16 : step == 3 ? 15 : step == 5 ? 13 : rows;
+    at::Tensor order = torch::randint(rows, {next_rows}, torch::kLong);
+    at::Tensor k = torch::randn({next_rows, 1, heads, dim}).transpose(1, 2);
+    at::Tensor v = torch::randn({next_rows, 1, heads, dim}).transpose(1, 2);
+    at::Tensor q = torch::randn({next_rows, 1, heads, dim}).transpose(1, 2);
+    if (step > 0) {
+      in_place.reorder(order);
+      own.reorder(order);
+    }
+    own.append(k, v);
+    const bool fits = step < 5;
+    ASSERT_EQ(in_place.can_append_in_place(k, v), fits) << "step " << step;
+    if (fits) {
+      in_place.append_in_place(k, v);
+      if (step == 1) first_buffer = in_place.key_buffer.data_ptr();  // the buffers for 16 rows
+      if (step > 1) {
+        EXPECT_EQ(in_place.key_buffer.data_ptr(), first_buffer) << "step " << step;
+      }
+      EXPECT_EQ(in_place.key.size(0), step == 0 ? 2 : 16) << "step " << step;
+      EXPECT_EQ(in_place.positions.sizes(), (std::vector<int64_t>{next_rows, step + 1}));
+      at::Tensor by_position =
+          cpu_attention(q, in_place.key, in_place.value, at::Tensor(), 0.0, false, in_place.positions);
+      at::Tensor over_copies = cpu_attention(q, own.key, own.value, at::Tensor(), 0.0, false);
+      EXPECT_TRUE(torch::equal(by_position, over_copies)) << "step " << step;
+      at::Tensor mask = torch::rand({next_rows, 1, 1, step + 1}) > 0.5;  // padded keys
+      mask.select(3, 0).fill_(false);
+      at::Tensor masked = cpu_attention(q, in_place.key, in_place.value, mask, 0.0, false, in_place.positions);
+      EXPECT_TRUE(torch::equal(masked, cpu_attention(q, own.key, own.value, mask, 0.0, false))) << "step " << step;
+      AttentionCache gathered = in_place;
+      gathered.materialize();
+      EXPECT_FALSE(gathered.positions.defined());
+      ASSERT_TRUE(torch::equal(gathered.key, own.key)) << "step " << step;
+      ASSERT_TRUE(torch::equal(gathered.value, own.value)) << "step " << step;
+    } else {
+      in_place.append(k, v);  // gathered, then appended as a plain cache
+      EXPECT_FALSE(in_place.positions.defined());
+      ASSERT_TRUE(torch::equal(in_place.key, own.key)) << "step " << step;
+      ASSERT_TRUE(torch::equal(in_place.value, own.value)) << "step " << step;
+    }
+    rows = next_rows;
+  }
+  // The buffers' last position taken: the next step is not appended in place.
+  AttentionCache full;
+  full.buffers = std::make_shared<CacheBuffers>(3);
+  for (int64_t step = 0; step < 4; ++step) {
+    at::Tensor k = torch::randn({2, heads, 1, dim});
+    ASSERT_EQ(full.can_append_in_place(k, k), step < 3) << "step " << step;
+    if (step < 3) full.append_in_place(k, k);
+  }
+}
+
+// Whether the page holding `address` is mapped in this process (msync answers ENOMEM where not).
+bool page_mapped(const void* address) {
+  const uintptr_t page = static_cast<uintptr_t>(sysconf(_SC_PAGESIZE));
+  void* start = reinterpret_cast<void*>(reinterpret_cast<uintptr_t>(address) / page * page);
+  return msync(start, page, MS_ASYNC) == 0 || errno != ENOMEM;
+}
+
+// A cache kept in place holds its buffers on pages of their own: when it moves to larger buffers
+// or lets them go, their pages leave the process at once. From the allocator, freed pages stay
+// resident until the batch ends (jemalloc with dirty_decay_ms -1; these 48 KiB would come from
+// glibc's heap), beside the buffers that replace them (issue 37: 30-35 MiB at the fixture's peak).
+TEST(AttentionCaches, BuffersKeptInPlaceLeaveTheProcessWhenLetGo) {
+  if (!row_attention_kernel_applies(64)) GTEST_SKIP() << "the row kernel needs a CPU with AVX2 and FMA";
+  torch::NoGradGuard no_grad;
+  AttentionCache cache;
+  cache.buffers = std::make_shared<CacheBuffers>(6);
+  at::Tensor k = torch::randn({2, 2, 1, 64});
+  cache.append_in_place(k, k);  // one position for 2 rows
+  const void* first = cache.key_buffer.data_ptr();
+  cache.reorder(torch::tensor({0, 0, 1, 1, 1, 0, 1, 0, 0, 1, 1, 0, 0, 1, 0, 1}, torch::kLong));
+  k = torch::randn({16, 2, 1, 64});
+  cache.append_in_place(k, k);  // 6 positions for 16 rows: 48 KiB each for the keys and the values
+  const void* key_pages = cache.key_buffer.data_ptr();
+  const void* value_pages = cache.value_buffer.data_ptr();
+  EXPECT_FALSE(page_mapped(first)) << "the first step's buffers, outgrown";
+  EXPECT_TRUE(page_mapped(key_pages));
+  EXPECT_TRUE(page_mapped(value_pages));
+  cache = AttentionCache();
+  EXPECT_FALSE(page_mapped(key_pages));
+  EXPECT_FALSE(page_mapped(value_pages));
+}
+
+// The module's incremental decoding with the caches in place against caches without buffers (each
+// step copied): the same outputs up to float rounding, step after step, with reorders.
+TEST(AttentionCaches, ModuleStepsWithCachesInPlaceEqualCopiedCaches) {
+  if (!row_attention_kernel_applies(64)) GTEST_SKIP() << "the row kernel needs a CPU with AVX2 and FMA";
+  torch::NoGradGuard no_grad;
+  torch::manual_seed(7);
+  MultiheadAttention attn(MultiheadAttentionOptions{128, 2, 0.0});
+  attn->eval();
+  AttentionCache in_place, copied;
+  in_place.buffers = std::make_shared<CacheBuffers>(8);
+  for (int64_t step = 0; step < 5; ++step) {
+    at::Tensor x = torch::randn({step == 0 ? 2 : 4, 1, 128});
+    if (step > 0) {  // the first step has 2 rows, the later ones 4
+      at::Tensor order =
+          step == 1 ? torch::tensor({1, 0, 1, 1}, torch::kLong) : torch::tensor({1, 1, 3, 0}, torch::kLong);
+      in_place.reorder(order);
+      copied.reorder(order);
+    }
+    at::Tensor a = attn->forward(x, x, at::Tensor(), at::Tensor(), &in_place);
+    at::Tensor b = attn->forward(x, x, at::Tensor(), at::Tensor(), &copied);
+    EXPECT_TRUE(in_place.positions.defined()) << "step " << step;
+    EXPECT_FALSE(copied.positions.defined()) << "step " << step;
+    // The copied caches' attention is LibTorch's own on 2.x (its sums in another order).
+    EXPECT_LT((a - b).abs().max().item<double>(), 1e-5) << "step " << step;
+  }
 }
 
 TEST_P(Attention, CausalMaskForbidsTheFuture) {

@@ -2,8 +2,9 @@
 // (batch order, beam, max length, batches dealt out in parts to one worker per thread), against
 // in-invocation baselines: one batch at a time on all intra-op threads (how fairseq and
 // fairseq-cpp before it searched), the workers with the decoder's one-row attention through BLAS
-// (as before its row kernel), and optionally the search with the incremental cache disabled
-// (every step re-decodes the whole prefix). tools/bench/generate.sh runs it.
+// and its self-attention caches copied at every step (as before the row kernel and the caches
+// kept in place), and optionally the search with the incremental cache disabled (every step
+// re-decodes the whole prefix). tools/bench/generate.sh runs it.
 //
 //   build/tools/bench/fsq_bench_generate DATA CKPT [--threads 2] [--runs 3] [--beam 5] [--batch 128]
 //       [--no-cache-runs 0] [--profile trace.json]
@@ -79,7 +80,7 @@ void print_table(int threads, const std::vector<Run>& uncached, const std::vecto
   };
   if (!uncached.empty()) row("fairseq-cpp, cache disabled (median)", median(uncached));
   row("fairseq-cpp, one batch at a time (baseline)", median(cached));
-  row("fairseq-cpp, " + std::to_string(threads) + " workers, one-row attention by BLAS", median(blas_rows));
+  row("fairseq-cpp, " + std::to_string(threads) + " workers, BLAS, caches copied", median(blas_rows));
   row("fairseq-cpp, " + std::to_string(threads) + " workers (as the program)", median(workers));
 }
 

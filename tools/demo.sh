@@ -12,7 +12,9 @@
 #   tools/demo.sh distributed_training.distributed_world_size=2     # two worker processes
 #   DEMO_DIR=/tmp/demo tools/demo.sh optimization.max_update=300    # elsewhere, shorter
 # The training runs in bf16 where the CPU multiplies bf16 in hardware (AVX512_BF16 or AMX-BF16),
-# in float32 elsewhere (bf16 would be slower there); DEMO_PRECISION=bf16 or fp32 chooses instead.
+# in float32 elsewhere (bf16 would be slower there): the CPU's flags decide, also where the training
+# runs on a GPU. DEMO_PRECISION=bf16 or fp32 chooses instead, and so does an argument that sets
+# common.bf16 or common.fp16.
 # Arguments are configuration overrides for fairseq-cpp-train; BUILD_DIR names the build, and
 # DEMO_SETUP=0 skips the set-up (the test does). Exits 1 when the test BLEU is
 # below DEMO_MIN_BLEU (default 90): a model that learned nothing shows it.
@@ -26,10 +28,13 @@ precision=${DEMO_PRECISION:-auto}
 if [ "$precision" = auto ]; then
   precision=fp32
   if grep -qw -e avx512_bf16 -e amx_bf16 /proc/cpuinfo 2>/dev/null; then precision=bf16; fi
+  for arg in "$@"; do
+    case $arg in *bf16* | *fp16*) precision="set by the arguments" ;; esac
+  done
 fi
 case $precision in
   bf16) precision_args=(common.bf16=true) ;;
-  fp32) precision_args=() ;;
+  fp32 | "set by the arguments") precision_args=() ;;
   *) echo "demo: DEMO_PRECISION must be auto, bf16 or fp32, not '$precision'" >&2; exit 2 ;;
 esac
 start=$(date +%s)
@@ -60,7 +65,7 @@ grep '\[preprocess\]' "$demo/preprocess.log"  # the rest is SentencePiece's trai
 step "training ($precision)"
 rm -rf "$demo/checkpoints" "$demo/train.log"
 "$build/fairseq-cpp-train" "$root/configs/demo.yaml" task.data="$demo/bin" \
-  checkpoint.save_dir="$demo/checkpoints" common.log_file="$demo/train.log" "${precision_args[@]}" "$@"
+  checkpoint.save_dir="$demo/checkpoints" common.log_file="$demo/train.log" ${precision_args[@]+"${precision_args[@]}"} "$@"
 
 step "translating the test split"
 logged "$demo/generate.log" "$build/fairseq-cpp-generate" "$demo/bin" --path "$demo/checkpoints/checkpoint_best.pt" \

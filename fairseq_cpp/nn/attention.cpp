@@ -4,7 +4,7 @@
 #include <cmath>
 #include <cstring>
 #include <limits>
-#include <new>
+#include <memory>
 #include <utility>
 #include <vector>
 
@@ -193,15 +193,19 @@ namespace {
 // place touches its buffers' pages only as it reaches their positions; from the allocator, whose
 // freed pages stay resident until the batch ends (jemalloc with dirty_decay_ms -1), the buffers
 // it leaves (for larger ones, or for the copying form once sentences finish) would stay resident
-// beside their successors: 30-35 MiB at the peak of the fixture's translation (issue 37).
+// beside their successors: 30-35 MiB at the peak of the fixture's translation (issue 37). Where
+// the system maps no more (vm.max_map_count, overcommit), the tensor comes from the allocator.
 at::Tensor empty_own_pages(const std::vector<int64_t>& shape, const at::TensorOptions& options) {
   int64_t numel = 1;
   for (int64_t n : shape) numel *= n;
   const size_t bytes = std::max<size_t>(1, static_cast<size_t>(numel) * options.dtype().itemsize());
   void* pages = mmap(nullptr, bytes, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
-  if (pages == MAP_FAILED) throw std::bad_alloc();
-  return at::from_blob(
-      pages, shape, [bytes](void* p) { munmap(p, bytes); }, options);
+  if (pages == MAP_FAILED) return at::empty(shape, options);
+  auto unmap = [bytes](void* p) { munmap(p, bytes); };
+  std::unique_ptr<void, decltype(unmap)> owner(pages, unmap);  // until the tensor owns the pages
+  at::Tensor out = at::from_blob(pages, shape, unmap, options);
+  owner.release();
+  return out;
 }
 
 }  // namespace

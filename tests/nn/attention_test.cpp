@@ -261,8 +261,9 @@ TEST(AttentionCaches, CachesKeptInPlaceEqualOwnCopiesUntilAnEighthOfTheRowsAreGo
   int64_t rows = 2;
   for (int64_t step = 0; step < max_steps + 2; ++step) {
     // Step 1 reads 16 rows of 2 (as beam search's second step), step 3 drops to 15 and step 5 to
-    // 13 (sentences finish; 13 of the buffers' 16 rows: the cache leaves the in-place form).
-    const int64_t next_rows = step == 1 ? 16 : step == 3 ? 15 : step == 5 ? 13 : rows;
+    // 14 (sentences finish; exactly an eighth of the buffers' 16 rows gone: the cache leaves the
+    // in-place form), step 6 to 13.
+    const int64_t next_rows = step == 1 ? 16 : step == 3 ? 15 : step == 5 ? 14 : step == 6 ? 13 : rows;
     at::Tensor order = torch::randint(rows, {next_rows}, torch::kLong);
     at::Tensor k = torch::randn({next_rows, 1, heads, dim}).transpose(1, 2);
     at::Tensor v = torch::randn({next_rows, 1, heads, dim}).transpose(1, 2);
@@ -313,36 +314,59 @@ TEST(AttentionCaches, CachesKeptInPlaceEqualOwnCopiesUntilAnEighthOfTheRowsAreGo
   }
 }
 
-// Whether the page holding `address` is mapped in this process (msync answers ENOMEM where not).
-bool page_mapped(const void* address) {
+// Where a tensor's bytes lie, without keeping its storage alive.
+struct Bytes {
+  explicit Bytes(const at::Tensor& t) : first(reinterpret_cast<uintptr_t>(t.data_ptr())), size(t.nbytes()) {}
+  uintptr_t first;
+  size_t size;
+};
+
+// How many of the first and the last page of `bytes` are mapped in this process (0, 1 or 2; msync
+// answers ENOMEM where a page is not).
+int mapped_ends(const Bytes& bytes) {
   const uintptr_t page = static_cast<uintptr_t>(sysconf(_SC_PAGESIZE));
-  void* start = reinterpret_cast<void*>(reinterpret_cast<uintptr_t>(address) / page * page);
-  return msync(start, page, MS_ASYNC) == 0 || errno != ENOMEM;
+  int mapped = 0;
+  for (uintptr_t address : {bytes.first, bytes.first + bytes.size - 1}) {
+    mapped += msync(reinterpret_cast<void*>(address / page * page), page, MS_ASYNC) == 0 || errno != ENOMEM;
+  }
+  return mapped;
 }
 
-// A cache kept in place holds its buffers on pages of their own: when it moves to larger buffers
-// or lets them go, their pages leave the process at once. From the allocator, freed pages stay
-// resident until the batch ends (jemalloc with dirty_decay_ms -1; these 48 KiB would come from
-// glibc's heap), beside the buffers that replace them (issue 37: 30-35 MiB at the fixture's peak).
+// A cache kept in place holds its buffers on pages of their own: when it moves to larger buffers,
+// leaves the in-place form (an eighth of its rows gone) or is dropped, their pages leave the
+// process at once. From the allocator, freed pages stay resident until the batch ends (jemalloc
+// with dirty_decay_ms -1; these 48 KiB would come from glibc's heap), beside the buffers that
+// replace them (issue 37: 30-35 MiB at the peak of the fixture's translation).
 TEST(AttentionCaches, BuffersKeptInPlaceLeaveTheProcessWhenLetGo) {
   if (!row_attention_kernel_applies(64)) GTEST_SKIP() << "the row kernel needs a CPU with AVX2 and FMA";
   torch::NoGradGuard no_grad;
-  AttentionCache cache;
-  cache.buffers = std::make_shared<CacheBuffers>(6);
-  at::Tensor k = torch::randn({2, 2, 1, 64});
-  cache.append_in_place(k, k);  // one position for 2 rows
-  const void* first = cache.key_buffer.data_ptr();
-  cache.reorder(torch::tensor({0, 0, 1, 1, 1, 0, 1, 0, 0, 1, 1, 0, 0, 1, 0, 1}, torch::kLong));
-  k = torch::randn({16, 2, 1, 64});
-  cache.append_in_place(k, k);  // 6 positions for 16 rows: 48 KiB each for the keys and the values
-  const void* key_pages = cache.key_buffer.data_ptr();
-  const void* value_pages = cache.value_buffer.data_ptr();
-  EXPECT_FALSE(page_mapped(first)) << "the first step's buffers, outgrown";
-  EXPECT_TRUE(page_mapped(key_pages));
-  EXPECT_TRUE(page_mapped(value_pages));
-  cache = AttentionCache();
-  EXPECT_FALSE(page_mapped(key_pages));
-  EXPECT_FALSE(page_mapped(value_pages));
+  const at::Tensor sixteen = torch::tensor({0, 0, 1, 1, 1, 0, 1, 0, 0, 1, 1, 0, 0, 1, 0, 1}, torch::kLong);
+  for (const bool leaves_in_place : {false, true}) {
+    AttentionCache cache;
+    cache.buffers = std::make_shared<CacheBuffers>(6);
+    at::Tensor k = torch::randn({2, 2, 1, 64});
+    cache.append_in_place(k, k);  // one position for 2 rows
+    const Bytes first_key(cache.key_buffer), first_value(cache.value_buffer);
+    cache.reorder(sixteen);
+    k = torch::randn({16, 2, 1, 64});
+    cache.append_in_place(k, k);  // 6 positions for 16 rows: 48 KiB each for the keys and the values
+    EXPECT_EQ(mapped_ends(first_key), 0) << "the first step's buffers, outgrown";
+    EXPECT_EQ(mapped_ends(first_value), 0);
+    const Bytes key_pages(cache.key_buffer), value_pages(cache.value_buffer);
+    EXPECT_EQ(mapped_ends(key_pages), 2);
+    EXPECT_EQ(mapped_ends(value_pages), 2);
+    if (leaves_in_place) {  // 14 rows of 16: gathered into the copying form
+      cache.reorder(sixteen.narrow(0, 0, 14));
+      k = torch::randn({14, 2, 1, 64});
+      ASSERT_FALSE(cache.can_append_in_place(k, k));
+      cache.append(k, k);
+      EXPECT_EQ(cache.key.size(0), 14);
+    } else {
+      cache = AttentionCache();
+    }
+    EXPECT_EQ(mapped_ends(key_pages), 0) << "leaves the in-place form: " << leaves_in_place;
+    EXPECT_EQ(mapped_ends(value_pages), 0) << "leaves the in-place form: " << leaves_in_place;
+  }
 }
 
 // The module's incremental decoding with the caches in place against caches without buffers (each

@@ -318,6 +318,33 @@ bool int8_linear_supported() {
 
 const char* int8_linear_kernel() { return use_vnni() ? "AVX-512 VNNI" : "AVX2"; }
 
+namespace {
+
+// Row `row` of the (N, K) float32 weight `w`, quantized symmetrically per output channel:
+// q = round(w * (127 / max|w|)) (half to even, clamped to +-127; 0 for an all-zero row) written
+// into its column of the panels; its scale max|w| / 127 and its compensation 128 * sum q.
+void quantize_row(const float* w, int64_t k, int64_t groups, int8_t* panels, float* scale, int32_t* compensation,
+                  int64_t row) {
+  float amax = 0.0f;
+  for (int64_t c = 0; c < k; ++c) {
+    const float a = std::fabs(w[c]);
+    amax = std::isnan(a) || std::isnan(amax) ? NAN : std::max(amax, a);  // a NaN propagates, as amax's
+  }
+  const float inv = amax > 0 ? 127.0f / amax : 0.0f;  // one float32 division, not 127 * (1 / amax)
+  int8_t* column = panels + (row / kPanel) * groups * kPanel * kGroup + (row % kPanel) * kGroup;
+  int32_t sum = 0;
+  for (int64_t c = 0; c < k; ++c) {
+    const float r = std::nearbyint(w[c] * inv);
+    const int32_t q = std::isnan(r) ? 0 : static_cast<int32_t>(std::min(127.0f, std::max(-127.0f, r)));
+    column[(c / kGroup) * kPanel * kGroup + c % kGroup] = static_cast<int8_t>(q);
+    sum += q;
+  }
+  *scale = amax / 127.0f;
+  *compensation = sum * 128;
+}
+
+}  // namespace
+
 Int8Weight Int8Weight::quantize(const at::Tensor& weight) {
   TORCH_CHECK(weight.dim() == 2 && weight.device().is_cpu() && weight.scalar_type() == at::kFloat,
               "Int8Weight::quantize: a float32 (N, K) CPU weight expected");
@@ -326,19 +353,21 @@ Int8Weight Int8Weight::quantize(const at::Tensor& weight) {
   Int8Weight out;
   out.n_ = w.size(0);
   out.k_ = w.size(1);
-  const int64_t panels = (out.n_ + kPanel - 1) / kPanel, k4 = round_up(out.k_, kGroup);
-  const at::Tensor amax = w.abs().amax(1);  // (N)
-  // 127 / amax as one float32 division (not reciprocal * 127), 0 for an all-zero row.
-  const at::Tensor inv = at::where(amax > 0, at::full_like(amax, 127.0f) / amax, at::zeros_like(amax));
-  const at::Tensor q = (w * inv.unsqueeze(1)).round().clamp(-127, 127).to(at::kChar);  // (N, K)
-  at::Tensor padded = at::zeros({panels * kPanel, k4}, q.options());
-  padded.narrow(0, 0, out.n_).narrow(1, 0, out.k_).copy_(q);
-  // (P*32, K4) -> (P, 32, K4/4, 4) -> (P, K4/4, 32, 4)
-  out.panels_ = padded.view({panels, kPanel, k4 / kGroup, kGroup}).permute({0, 2, 1, 3}).contiguous();
+  const int64_t panels = (out.n_ + kPanel - 1) / kPanel, groups = round_up(out.k_, kGroup) / kGroup;
+  // One pass per row, in the layout the kernels read: (P, K4/4, 32, 4), zero past N and K.
+  out.panels_ = at::zeros({panels, groups, kPanel, kGroup}, w.options().dtype(at::kChar));
   out.scales_ = at::zeros({panels * kPanel}, w.options());
-  out.scales_.narrow(0, 0, out.n_).copy_(amax / 127.0f);
   out.compensation_ = at::zeros({panels * kPanel}, w.options().dtype(at::kInt));
-  out.compensation_.narrow(0, 0, out.n_).copy_(q.to(at::kInt).sum(1) * 128);
+  const float* src = w.data_ptr<float>();
+  int8_t* dst = out.panels_.data_ptr<int8_t>();
+  float* scales = out.scales_.data_ptr<float>();
+  int32_t* compensation = out.compensation_.data_ptr<int32_t>();
+  const int64_t k = out.k_;
+  at::parallel_for(0, out.n_, std::max<int64_t>(1, (1 << 16) / std::max<int64_t>(k, 1)),
+                   [&](int64_t first, int64_t last) {
+                     for (int64_t row = first; row < last; ++row)
+                       quantize_row(src + row * k, k, groups, dst, scales + row, compensation + row, row);
+                   });
   return out;
 }
 

@@ -10,6 +10,7 @@
 #include "fairseq_cpp/checkpoint/load_model.h"
 #include "fairseq_cpp/core/errors.h"
 #include "fairseq_cpp/core/logging.h"
+#include "fairseq_cpp/core/meters.h"
 #include "fairseq_cpp/core/runtime.h"
 #include "fairseq_cpp/distributed/topology.h"
 #include "fairseq_cpp/models/ensemble.h"
@@ -80,6 +81,24 @@ bool check_generation_precision(const config::Config& cli, c10::Device device) {
   return true;
 }
 
+// The linear weights as generation's CPU kernels read them: quantized to int8 (`int8`) or packed
+// for the float32 kernel (`pack`), in place; the log says how many and how long it took.
+void prepare_weights(torch::nn::Module& model, bool int8, bool pack) {
+  const double started = core::monotonic_seconds();
+  if (int8) {
+    models::QuantizeOptions options;
+    options.in_place = true;  // the float32 weights are freed: generation reads only the int8 ones
+    const size_t quantized = models::quantize_int8(model, options);
+    log::info("generate",
+              "--quantize int8: {} linear weights quantized per output channel, in place ({} kernel) in {:.2f} s",
+              quantized, nn::int8_linear_kernel(), core::monotonic_seconds() - started);
+  } else if (pack) {
+    const size_t packed = models::pack_weights_in_place(model);
+    log::info("generate", "{} linear weights packed in place for the {} kernel in {:.2f} s", packed,
+              core::cpu_has_avx512f() ? "AVX-512F" : "AVX2", core::monotonic_seconds() - started);
+  }
+}
+
 }  // namespace
 
 Translation load_translation(const config::Config& cli, const std::string& split) {
@@ -105,6 +124,7 @@ Translation load_translation(const config::Config& cli, const std::string& split
 
   // Mapped, not read: only the model's records are touched (copied into the model), never the
   // optimizer's state a training checkpoint also holds (twice the model with adam).
+  const double started = core::monotonic_seconds();
   std::optional<checkpoint::StateDict> stored = checkpoint::load_file(paths[0], checkpoint::Reading::kMapped);
   const config::Config stored_config = checkpoint::config_entry(*stored, paths[0]);
   t.src_lang = cli.task.source_lang;
@@ -125,9 +145,10 @@ Translation load_translation(const config::Config& cli, const std::string& split
         checkpoint::load_model(i == 0 ? *stored : checkpoint::load_file(paths[i], checkpoint::Reading::kMapped),
                                paths[i], vocab, t.device, cli.common_eval.use_ema);
     if (i == 0) t.trained = loaded.config;
-    log::info("generate", "loaded {} ({} parameters, arch {}{}) on {}{}", paths[i],
+    log::info("generate", "loaded {} ({} parameters, arch {}{}) on {}{} after {:.2f} s", paths[i],
               models::count_parameters(*loaded.model), loaded.config.model.arch,
-              cli.common_eval.use_ema ? ", its EMA weights" : "", t.device.str(), bf16 ? " in bf16" : "");
+              cli.common_eval.use_ema ? ", its EMA weights" : "", t.device.str(), bf16 ? " in bf16" : "",
+              core::monotonic_seconds() - started);
     if (bf16) loaded.model->to(torch::kBFloat16);
     members.push_back(loaded.model);
   }
@@ -135,17 +156,7 @@ Translation load_translation(const config::Config& cli, const std::string& split
   t.models = members.size();
   t.model = members.size() == 1 ? members[0] : std::make_shared<models::EnsembleModel>(members);
   t.model->eval();
-  if (int8) {
-    models::QuantizeOptions options;
-    options.in_place = true;  // the float32 weights are freed: generation reads only the int8 ones
-    const size_t quantized = models::quantize_int8(*t.model, options);
-    log::info("generate", "--quantize int8: {} linear weights quantized per output channel, in place ({} kernel)",
-              quantized, nn::int8_linear_kernel());
-  } else if (!bf16 && t.device.is_cpu() && nn::packed_linear_supported()) {
-    const size_t packed = models::pack_weights_in_place(*t.model);
-    log::info("generate", "{} linear weights packed in place for the {} kernel", packed,
-              core::cpu_has_avx512f() ? "AVX-512F" : "AVX2");
-  }
+  prepare_weights(*t.model, int8, !bf16 && t.device.is_cpu() && nn::packed_linear_supported());
   // The clean pages of the program's files leave the resident set before the search (those of the
   // libraries' start for good; those in use come back as touched). No other thread maps memory yet.
   if (t.device.is_cpu()) core::release_file_pages();

@@ -321,7 +321,8 @@ const char* int8_linear_kernel() { return use_vnni() ? "AVX-512 VNNI" : "AVX2"; 
 namespace {
 
 // Row `row` of the (N, K) float32 weight `w`, quantized symmetrically per output channel:
-// q = round(w * (127 / max|w|)) (half to even, clamped to +-127; 0 for an all-zero row) written
+// q = round(w * (127 / max|w|)) (half to even, clamped to +-127; 0 for an all-zero row, and for
+// a NaN product: a non-finite weight, or a zero in a row whose 127 / max|w| overflows) written
 // into its column of the panels; its scale max|w| / 127 and its compensation 128 * sum q.
 void quantize_row(const float* w, int64_t k, int64_t groups, int8_t* panels, float* scale, int32_t* compensation,
                   int64_t row) {
@@ -332,7 +333,7 @@ void quantize_row(const float* w, int64_t k, int64_t groups, int8_t* panels, flo
   }
   const float inv = amax > 0 ? 127.0f / amax : 0.0f;  // one float32 division, not 127 * (1 / amax)
   int8_t* column = panels + (row / kPanel) * groups * kPanel * kGroup + (row % kPanel) * kGroup;
-  int32_t sum = 0;
+  int64_t sum = 0;  // (int32 products overflow the kernels' sums first, past K = 66,000)
   for (int64_t c = 0; c < k; ++c) {
     const float r = std::nearbyint(w[c] * inv);
     const int32_t q = std::isnan(r) ? 0 : static_cast<int32_t>(std::min(127.0f, std::max(-127.0f, r)));
@@ -340,7 +341,7 @@ void quantize_row(const float* w, int64_t k, int64_t groups, int8_t* panels, flo
     sum += q;
   }
   *scale = amax / 127.0f;
-  *compensation = sum * 128;
+  *compensation = static_cast<int32_t>(sum * 128);
 }
 
 }  // namespace

@@ -43,6 +43,8 @@ class Int8Weight {
   int64_t in_features() const { return k_; }
   at::Tensor scales() const;  // (N) float32: max_k |w_nk| / 127
   at::Tensor values() const;  // (N, K) int8: q_nk, unpacked (tests)
+  // (ceil(N / 32) * 32) int32: 128 * sum_k q_nk, zero past N (tests; the VNNI kernel reads it).
+  const at::Tensor& compensation() const { return compensation_; }
   // Rows `indices` (integers in [0, N), any shape) as the kernel multiplies by them, dequantized:
   // q_nk * scale_n in float32, (..., K).
   at::Tensor rows(const at::Tensor& indices) const;

@@ -50,6 +50,10 @@ TEST(Int8Linear, QuantizesEachOutputChannelSymmetrically) {
     const double worst = (values[n] * step - w[n].to(torch::kFloat64)).abs().max().item<double>();
     EXPECT_LE(worst, 0.5 * step * (1 + 1e-5)) << n;
   }
+  // The VNNI kernel's compensation for the input's +128 shift: 128 * sum_k q_nk, zero past N.
+  at::Tensor expected = torch::zeros({32}, torch::kInt);
+  expected.narrow(0, 0, 5).copy_(q.values().to(torch::kInt).sum(1) * 128);
+  EXPECT_TRUE(torch::equal(q.compensation(), expected));
 }
 
 // y64 (M, N) = x w^T + b within the bound that the rounding of x and w to int8 allows.

@@ -72,9 +72,10 @@ struct CacheBuffers {
 // read by cpu_attention's row kernel): key and value are then (R, H, T, D) views of position-major
 // (max_steps, R, H, D) buffers (`buffers->max_steps`; one position at the first step), each step's
 // keys and values are written once, at their position and row, and copied again only when the
-// rows outgrow the buffers, and `positions` (B, T) says which row holds position t of row b. A reorder permutes
-// `positions` only. Copying the whole cache at every step was 8% of a beam search at transformer-base size (issue 37).
-// The position-major buffers lie on pages of their own, unmapped as soon as the cache lets them go.
+// rows outgrow the buffers, and `positions` (B, T) says which row holds position t of row b. A
+// reorder permutes `positions` only. Copying the whole cache at every step was 8% of a beam search
+// at transformer-base size (issue 37). The position-major buffers lie on pages of their own,
+// unmapped as soon as the cache lets them go.
 struct AttentionCache {
   at::Tensor key;
   at::Tensor value;

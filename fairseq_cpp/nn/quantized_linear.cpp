@@ -329,7 +329,7 @@ void quantize_row(const float* w, int64_t k, int64_t groups, int8_t* panels, flo
   float amax = 0.0f;
   for (int64_t c = 0; c < k; ++c) {
     const float a = std::fabs(w[c]);
-    amax = std::isnan(a) || std::isnan(amax) ? NAN : std::max(amax, a);  // a NaN propagates, as amax's
+    amax = std::isnan(a) ? a : std::max(amax, a);  // a NaN stays (std::max keeps its first argument), as amax's
   }
   const float inv = amax > 0 ? 127.0f / amax : 0.0f;  // one float32 division, not 127 * (1 / amax)
   int8_t* column = panels + (row / kPanel) * groups * kPanel * kGroup + (row % kPanel) * kGroup;

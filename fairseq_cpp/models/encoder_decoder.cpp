@@ -3,9 +3,9 @@
 #include <unordered_set>
 
 #include <torch/nn/modules/embedding.h>
-#include <torch/nn/modules/linear.h>
 #include "fairseq_cpp/core/torch.h"
 
+#include "fairseq_cpp/nn/linear.h"
 #include "fairseq_cpp/nn/log_softmax.h"
 
 namespace fairseq_cpp::models {
@@ -40,7 +40,7 @@ std::vector<at::Tensor> unique_parameters(const torch::nn::Module& module) {
 std::vector<bool> read_by_linear_layers(const torch::nn::Module& module, const std::vector<at::Tensor>& params) {
   std::unordered_set<const void*> linear, embedding;
   for (const auto& m : module.modules(/*include_self=*/true)) {
-    if (const auto* layer = dynamic_cast<const torch::nn::LinearImpl*>(m.get())) {
+    if (const auto* layer = dynamic_cast<const nn::LinearImpl*>(m.get())) {
       linear.insert(layer->weight.unsafeGetTensorImpl());
       if (layer->bias.defined()) linear.insert(layer->bias.unsafeGetTensorImpl());
     } else if (const auto* table = dynamic_cast<const torch::nn::EmbeddingImpl*>(m.get())) {

@@ -88,7 +88,7 @@ class EncoderDecoderModel : public torch::nn::Module {
 
 // Parameters without duplicates (shared embeddings appear once), in registration order.
 std::vector<at::Tensor> unique_parameters(const torch::nn::Module& module);
-// For each of `params`, whether it is a weight or bias of a torch::nn::Linear of `module` and no
+// For each of `params`, whether it is a weight or bias of a nn::Linear of `module` and no
 // embedding's: a tensor that only nn::scoped_linear reads (training's nn::LowPrecisionCopies).
 std::vector<bool> read_by_linear_layers(const torch::nn::Module& module, const std::vector<at::Tensor>& params);
 // Number of scalars in unique_parameters.

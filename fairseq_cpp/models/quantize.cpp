@@ -4,25 +4,25 @@
 #include <vector>
 
 #include <c10/core/ScalarType.h>
-#include <torch/nn/modules/linear.h>
 
 #include "fairseq_cpp/core/errors.h"
 #include "fairseq_cpp/core/runtime.h"
 #include "fairseq_cpp/models/transformer.h"
+#include "fairseq_cpp/nn/linear.h"
 #include "fairseq_cpp/nn/packed_linear.h"
 #include "fairseq_cpp/nn/quantized_linear.h"
 
 namespace fairseq_cpp::models {
 namespace {
 
-// The weights that nn::scoped_linear multiplies by: every torch::nn::Linear's and, with
+// The weights that nn::scoped_linear multiplies by: every nn::Linear's and, with
 // `output_projection`, each Transformer decoder's output projection; each tensor once.
 std::vector<at::Tensor> linear_weights(torch::nn::Module& model, bool output_projection) {
   std::vector<at::Tensor> weights;
   std::unordered_set<const c10::TensorImpl*> seen;
   for (const auto& module : model.modules(/*include_self=*/true)) {
     at::Tensor weight;
-    if (const auto* linear = dynamic_cast<const torch::nn::LinearImpl*>(module.get())) {
+    if (const auto* linear = dynamic_cast<const nn::LinearImpl*>(module.get())) {
       weight = linear->weight;
     } else if (const auto* decoder = dynamic_cast<const TransformerDecoderImpl*>(module.get())) {
       if (output_projection) weight = decoder->output_weight();

@@ -18,7 +18,7 @@ struct QuantizeOptions {
   bool in_place = false;
 };
 
-// Every torch::nn::Linear of `model` (attention q/k/v/out projections, feed-forward fc1/fc2, a
+// Every nn::Linear of `model` (attention q/k/v/out projections, feed-forward fc1/fc2, a
 // decoder's project_out_dim) and, with options.output_projection, each Transformer decoder's output
 // projection (its own or the shared embedding) run int8 from now on, per output channel; the
 // float32 weights stay beside the int8 ones unless options.in_place. Returns how many weights were
@@ -27,7 +27,7 @@ struct QuantizeOptions {
 size_t quantize_int8(torch::nn::Module& model, const QuantizeOptions& options = {});
 
 // For float32 generation on a CPU that runs the packed kernel (nn/packed_linear.h): the weight of
-// every torch::nn::Linear of `model` and each decoder's output projection (its own, or the
+// every nn::Linear of `model` and each decoder's output projection (its own, or the
 // embedding it shares, whose lookups then read the packed rows) are packed in place
 // (nn::pack_in_place), so the weights exist once, in the kernel's layout, instead of twice. Returns
 // how many weights were packed in place. Afterwards the model can only run inference: not be

@@ -68,7 +68,9 @@ T pick(const std::optional<T>& user, const std::optional<T>& preset, T fallback)
 }
 
 torch::nn::Embedding make_embedding(int64_t rows, int64_t dim, int64_t padding_idx) {
-  torch::nn::Embedding embedding(torch::nn::EmbeddingOptions(rows, dim).padding_idx(padding_idx));
+  torch::nn::EmbeddingOptions options = torch::nn::EmbeddingOptions(rows, dim).padding_idx(padding_idx);
+  if (!nn::initialise_parameters()) return torch::nn::Embedding(options._weight(torch::empty({rows, dim})));
+  torch::nn::Embedding embedding(options);
   torch::NoGradGuard no_grad;
   torch::nn::init::normal_(embedding->weight, 0.0, std::pow(static_cast<double>(dim), -0.5));
   embedding->weight[padding_idx].zero_();
@@ -242,7 +244,8 @@ TransformerDecoderImpl::TransformerDecoderImpl(const TransformerOptions& options
     const int64_t vocab = embed_tokens_->weight.size(0);
     embed_out_ = register_parameter("embed_out", torch::empty({vocab, options.decoder_output_dim}));
     torch::NoGradGuard no_grad;
-    torch::nn::init::normal_(embed_out_, 0.0, std::pow(static_cast<double>(options.decoder_output_dim), -0.5));
+    if (nn::initialise_parameters())
+      torch::nn::init::normal_(embed_out_, 0.0, std::pow(static_cast<double>(options.decoder_output_dim), -0.5));
   }
   if (options.decoder_normalize_before) layer_norm_ = register_module("layer_norm", make_layer_norm(dim));
   if (options.layernorm_embedding) layernorm_embedding_ = register_module("layernorm_embedding", make_layer_norm(dim));

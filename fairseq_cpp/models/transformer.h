@@ -107,7 +107,7 @@ class TransformerDecoderImpl : public torch::nn::Module {
   torch::nn::ModuleList layers_{nullptr};
   std::vector<nn::TransformerDecoderLayer> typed_layers_;
   torch::nn::LayerNorm layer_norm_{nullptr};
-  torch::nn::Linear project_out_dim_{nullptr};
+  nn::Linear project_out_dim_{nullptr};
   at::Tensor embed_out_;
 };
 TORCH_MODULE(TransformerDecoder);

@@ -269,14 +269,15 @@ MultiheadAttentionImpl::MultiheadAttentionImpl(const MultiheadAttentionOptions& 
   }
   const int64_t c = options.embed_dim;
   // Registration order = fairseq's state-dict order.
-  k_proj_ = register_module("k_proj", torch::nn::Linear(c, c));
-  v_proj_ = register_module("v_proj", torch::nn::Linear(c, c));
-  q_proj_ = register_module("q_proj", torch::nn::Linear(c, c));
-  out_proj_ = register_module("out_proj", torch::nn::Linear(c, c));
+  k_proj_ = register_module("k_proj", Linear(c, c));
+  v_proj_ = register_module("v_proj", Linear(c, c));
+  q_proj_ = register_module("q_proj", Linear(c, c));
+  out_proj_ = register_module("out_proj", Linear(c, c));
   reset_parameters();
 }
 
 void MultiheadAttentionImpl::reset_parameters() {
+  if (!initialise_parameters()) return;
   torch::NoGradGuard no_grad;
   const double gain = 1.0 / std::sqrt(2.0);
   torch::nn::init::xavier_uniform_(k_proj_->weight, gain);

@@ -7,7 +7,8 @@
 
 #include <ATen/Tensor.h>
 #include <torch/nn/module.h>
-#include <torch/nn/modules/linear.h>
+
+#include "fairseq_cpp/nn/linear.h"
 
 namespace fairseq_cpp::nn {
 
@@ -135,10 +136,10 @@ class MultiheadAttentionImpl : public torch::nn::Module {
 
   MultiheadAttentionOptions options_;
   int64_t head_dim_;
-  torch::nn::Linear k_proj_{nullptr};
-  torch::nn::Linear v_proj_{nullptr};
-  torch::nn::Linear q_proj_{nullptr};
-  torch::nn::Linear out_proj_{nullptr};
+  Linear k_proj_{nullptr};
+  Linear v_proj_{nullptr};
+  Linear q_proj_{nullptr};
+  Linear out_proj_{nullptr};
 };
 TORCH_MODULE(MultiheadAttention);
 

@@ -3,6 +3,7 @@
 #include <cmath>
 
 #include "fairseq_cpp/core/torch.h"
+#include "fairseq_cpp/nn/linear.h"
 
 namespace fairseq_cpp::nn {
 
@@ -28,6 +29,7 @@ PositionalEmbeddingImpl::PositionalEmbeddingImpl(const PositionalEmbeddingOption
   const int64_t rows = options.max_positions + options.padding_idx + 1;
   if (options.learned) {
     weight_ = register_parameter("weight", torch::empty({rows, options.embed_dim}));
+    if (!initialise_parameters()) return;
     torch::NoGradGuard no_grad;
     torch::nn::init::normal_(weight_, 0.0, std::pow(static_cast<double>(options.embed_dim), -0.5));
     weight_[options.padding_idx].zero_();

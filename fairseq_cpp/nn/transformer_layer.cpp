@@ -47,8 +47,9 @@ void check_activation(const std::string& name, const std::string& key) {
                    name);
 }
 
-torch::nn::Linear make_linear(int64_t in, int64_t out, bool bias) {
-  torch::nn::Linear linear(torch::nn::LinearOptions(in, out).bias(bias));
+Linear make_linear(int64_t in, int64_t out, bool bias) {
+  Linear linear(in, out, bias);
+  if (!initialise_parameters()) return linear;
   torch::NoGradGuard no_grad;
   torch::nn::init::xavier_uniform_(linear->weight);
   if (bias) torch::nn::init::zeros_(linear->bias);

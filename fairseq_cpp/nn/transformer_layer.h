@@ -8,10 +8,10 @@
 
 #include <ATen/Tensor.h>
 #include <torch/nn/module.h>
-#include <torch/nn/modules/linear.h>
 #include <torch/nn/modules/normalization.h>
 
 #include "fairseq_cpp/nn/attention.h"
+#include "fairseq_cpp/nn/linear.h"
 
 namespace fairseq_cpp::nn {
 
@@ -51,8 +51,8 @@ class TransformerEncoderLayerImpl : public torch::nn::Module {
   TransformerLayerOptions options_;
   MultiheadAttention self_attn_{nullptr};
   torch::nn::LayerNorm self_attn_layer_norm_{nullptr};
-  torch::nn::Linear fc1_{nullptr};
-  torch::nn::Linear fc2_{nullptr};
+  Linear fc1_{nullptr};
+  Linear fc2_{nullptr};
   torch::nn::LayerNorm final_layer_norm_{nullptr};
 };
 TORCH_MODULE(TransformerEncoderLayer);
@@ -73,13 +73,13 @@ class TransformerDecoderLayerImpl : public torch::nn::Module {
   torch::nn::LayerNorm self_attn_layer_norm_{nullptr};
   MultiheadAttention encoder_attn_{nullptr};
   torch::nn::LayerNorm encoder_attn_layer_norm_{nullptr};
-  torch::nn::Linear fc1_{nullptr};
-  torch::nn::Linear fc2_{nullptr};
+  Linear fc1_{nullptr};
+  Linear fc2_{nullptr};
   torch::nn::LayerNorm final_layer_norm_{nullptr};
 };
 TORCH_MODULE(TransformerDecoderLayer);
 
 // fairseq's Linear: xavier_uniform weight, zero bias.
-torch::nn::Linear make_linear(int64_t in, int64_t out, bool bias = true);
+Linear make_linear(int64_t in, int64_t out, bool bias = true);
 
 }  // namespace fairseq_cpp::nn

@@ -16,6 +16,7 @@
 
 #include "fairseq_cpp/checkpoint/checkpoint.h"
 #include "fairseq_cpp/checkpoint/integrity.h"
+#include "fairseq_cpp/checkpoint/load_model.h"
 #include "fairseq_cpp/config/config.h"
 #include "fairseq_cpp/core/errors.h"
 #include "fairseq_cpp/models/transformer.h"
@@ -81,6 +82,23 @@ TEST(Checkpoint, SaveAndLoadRoundTripTheModelAndConfig) {
   EXPECT_EQ(cfg.model.arch, "transformer_tiny");
   EXPECT_EQ(cfg.model.share_decoder_input_output_embed, std::optional<bool>(true));
   EXPECT_EQ(loaded.at("extra_state").toGenericDict().at("num_updates").toInt(), 17);
+}
+
+// load_model builds its model without drawing initial values (nn::ParametersFromCheckpoint) and
+// takes every parameter from the file.
+TEST(Checkpoint, LoadModelTakesEveryParameterFromTheFileAndDrawsNothing) {
+  testing::TempDir dir;
+  auto a = tiny_model(1);
+  const std::string path = dir.path() + "/checkpoint_last.pt";
+  save_file(path, sample_checkpoint(*a));
+  torch::manual_seed(9);
+  const at::Tensor first_draw = torch::rand({8});
+  torch::manual_seed(9);
+  LoadedModel loaded = load_model(path, models::Vocabularies{20, 24, 1, false}, torch::kCPU);
+  EXPECT_TRUE(torch::equal(torch::rand({8}), first_draw));
+  auto pa = a->named_parameters(true), pb = loaded.model->named_parameters(true);
+  ASSERT_EQ(pa.keys(), pb.keys());
+  for (const auto& item : pa) EXPECT_TRUE(torch::equal(item.value(), pb[item.key()])) << item.key();
 }
 
 // This process's resident set in MiB.

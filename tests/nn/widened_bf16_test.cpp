@@ -5,6 +5,7 @@
 
 #include <cmath>
 
+#include <torch/csrc/autograd/function.h>
 #include "tests/support/torch.h"
 
 #include "fairseq_cpp/core/autocast_state.h"

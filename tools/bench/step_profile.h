@@ -154,6 +154,229 @@ inline std::string short_kernel_name(const std::string& name) {
 
 inline constexpr const char* kStepScope = "fsq::train_step";
 
+namespace detail {
+
+using ProfilerResult = torch::autograd::profiler::ProfilerResult;
+
+struct Span {
+  uint64_t start, end;
+};
+
+// One CPU op the profiler recorded, placed in its thread's nesting.
+struct Op {
+  uint64_t start, end, thread;
+  std::string name;
+  Share own;
+  std::string dtypes;  // its inputs' ("Float,BFloat16"; empty where a Scalar or none)
+  int parent = -1;
+  std::vector<int> children;
+  Share share = Share::kOther;  // own, or its scope's (all-reduce, optimizer, attention) inherited
+};
+
+// What the profiler saw: the steps' windows and the CPU ops.
+struct Recording {
+  std::vector<Span> windows;  // the timed steps, in order
+  uint64_t step_thread = 0;   // the thread that ran the steps
+  std::vector<Op> ops;
+  std::unordered_map<uint64_t, int> op_of_correlation;
+  std::map<uint64_t, std::vector<int>> ops_of_thread;
+  // The window holding time `t`, or nullptr.
+  const Span* window_of(uint64_t t) const {
+    for (const Span& w : windows)
+      if (t >= w.start && t < w.end) return &w;
+    return nullptr;
+  }
+};
+
+// A stretch of a step's time and the share, op and kernel it goes to.
+struct Activity {
+  uint64_t start, end;
+  Share share;
+  std::string op, kernel;
+  int calls;  // 1 for an op's first self interval or a kernel, else 0
+};
+
+inline bool is(uint8_t type, libkineto::ActivityType t) { return type == static_cast<uint8_t>(t); }
+
+// The steps' windows and the CPU ops with their own shares (optimizer: an input of exactly the
+// flat buffer's length).
+inline Recording recorded_ops(const ProfilerResult& result, const StepProfileOptions& options) {
+  Recording r;
+  for (const auto& e : result.events()) {
+    if (e.isAsync() || e.isHiddenEvent() || e.deviceType() != c10::DeviceType::CPU) continue;
+    const uint8_t type = e.activityType();
+    if (!is(type, libkineto::ActivityType::CPU_OP) && !is(type, libkineto::ActivityType::USER_ANNOTATION)) continue;
+    const std::string name = e.name();
+    if (name == kStepScope) {
+      r.windows.push_back({e.startNs(), e.endNs()});
+      r.step_thread = e.startThreadId();
+      continue;
+    }
+    Share own = op_share(name);
+    if (own == Share::kOther && options.flat_numel > 0 && e.hasShapes()) {
+      for (const auto& shape : e.shapes())
+        if (shape.size() == 1 && shape[0] == options.flat_numel) own = Share::kOptimizer;
+    }
+    r.ops_of_thread[e.startThreadId()].push_back(static_cast<int>(r.ops.size()));
+    r.op_of_correlation[e.correlationId()] = static_cast<int>(r.ops.size());
+    std::string dtypes;
+    if (e.hasTypes())
+      for (const std::string& t : e.dtypes()) dtypes += (dtypes.empty() ? "" : ",") + t;
+    r.ops.push_back({e.startNs(), std::max(e.startNs(), e.endNs()), e.startThreadId(), name, own, dtypes});
+  }
+  std::sort(r.windows.begin(), r.windows.end(), [](const Span& a, const Span& b) { return a.start < b.start; });
+  return r;
+}
+
+// Nesting per thread (start ascending, enclosing first), and the shares scopes hand down.
+inline void nest_ops(Recording& r) {
+  std::vector<Op>& ops = r.ops;
+  for (auto& [thread, ids] : r.ops_of_thread) {
+    std::sort(ids.begin(), ids.end(),
+              [&](int a, int b) { return std::tie(ops[a].start, ops[b].end) < std::tie(ops[b].start, ops[a].end); });
+    std::vector<int> stack;
+    for (int id : ids) {
+      Op& op = ops[id];
+      while (!stack.empty() && ops[stack.back()].end <= op.start) stack.pop_back();
+      if (!stack.empty()) {
+        op.parent = stack.back();
+        op.end = std::min(op.end, ops[op.parent].end);
+        ops[op.parent].children.push_back(id);
+      }
+      const Share inherited = op.parent >= 0 ? ops[op.parent].share : Share::kOther;
+      op.share = inherited == Share::kAllReduce || inherited == Share::kOptimizer || inherited == Share::kAttention
+                     ? inherited
+                     : op.own;
+      stack.push_back(id);
+    }
+  }
+}
+
+// `activity` cut to the window it starts in, onto `out`; dropped when it starts outside the steps.
+inline void add_in_window(const Recording& r, Activity activity, std::vector<Activity>& out) {
+  const Span* w = r.window_of(activity.start);
+  if (w == nullptr) return;
+  activity.end = std::max(activity.start, std::min(activity.end, w->end));
+  out.push_back(std::move(activity));
+}
+
+// A kernel's launcher: the op, its inputs' dtypes and the autograd node it ran in, as
+// "aten::add_(Float,BFloat16) in AccumulateGrad" (the node tells a gradient's accumulation from
+// the forward's own add_, the dtypes a cast from a copy).
+inline std::string launcher_label(const std::vector<Op>& all, const Op& op) {
+  std::string label = op.name + (op.dtypes.empty() ? "" : "(" + op.dtypes + ")");
+  for (int p = op.parent; p >= 0; p = all[p].parent)
+    if (all[p].name.rfind(kNodePrefix, 0) == 0) return label + " in " + all[p].name.substr(kNodePrefix.size());
+  return label;
+}
+
+// CUDA: the steps' kernels, memcpys and memsets, each with its launcher's share where that decides.
+inline std::vector<Activity> device_activities(const ProfilerResult& result, const Recording& r) {
+  std::vector<Activity> out;
+  for (const auto& e : result.events()) {
+    const uint8_t type = e.activityType();
+    if (!is(type, libkineto::ActivityType::CONCURRENT_KERNEL) && !is(type, libkineto::ActivityType::GPU_MEMCPY) &&
+        !is(type, libkineto::ActivityType::GPU_MEMSET))
+      continue;
+    const std::string kernel = e.name();
+    const auto launcher = r.op_of_correlation.find(e.linkedCorrelationId());
+    const Op* op = launcher == r.op_of_correlation.end() ? nullptr : &r.ops[launcher->second];
+    const Share share = is(type, libkineto::ActivityType::CONCURRENT_KERNEL)
+                            ? launched_kernel_share(kernel, op != nullptr ? op->share : Share::kOther)
+                            : (op != nullptr && op->share != Share::kGemm ? op->share : Share::kOther);
+    add_in_window(
+        r,
+        {e.startNs(), e.endNs(), share, op != nullptr ? launcher_label(r.ops, *op) : "", short_kernel_name(kernel), 1},
+        out);
+  }
+  return out;
+}
+
+// CUDA: the stepping thread's time inside top-level ops, in ms over all steps.
+inline double host_ops_ms(const Recording& r) {
+  double ms = 0;
+  for (const Op& op : r.ops) {
+    if (op.parent >= 0 || op.thread != r.step_thread) continue;
+    const Span* w = r.window_of(op.start);
+    if (w != nullptr) ms += static_cast<double>(std::min(op.end, w->end) - op.start) / 1e6;
+  }
+  return ms;
+}
+
+// CPU: each op's self time, the stretches between its children.
+inline std::vector<Activity> cpu_activities(const Recording& r) {
+  std::vector<Activity> out;
+  for (const Op& op : r.ops) {
+    uint64_t at = op.start;
+    int calls = 1;
+    for (int c : op.children) {
+      add_in_window(r, {at, std::max(at, r.ops[c].start), op.share, op.name, "", calls}, out);
+      at = std::max(at, r.ops[c].end);
+      calls = 0;
+    }
+    add_in_window(r, {at, std::max(at, op.end), op.share, op.name, "", calls}, out);
+  }
+  return out;
+}
+
+// Each activity's part of the busy time, overlapping ones splitting their common time evenly (so
+// the parts add up to the busy time), and the busy time itself, in ns.
+inline std::vector<double> split_overlaps(const std::vector<Activity>& activities, double& busy_ns) {
+  std::vector<std::tuple<uint64_t, int, int>> edges;  // (time, +1 start / -1 end, activity)
+  for (size_t i = 0; i < activities.size(); ++i) {
+    if (activities[i].end == activities[i].start) continue;
+    edges.emplace_back(activities[i].start, 1, static_cast<int>(i));
+    edges.emplace_back(activities[i].end, -1, static_cast<int>(i));
+  }
+  std::sort(edges.begin(), edges.end());
+  std::vector<double> attributed(activities.size(), 0.0);
+  std::vector<int> active;
+  busy_ns = 0;
+  uint64_t last = 0;
+  for (const auto& [t, kind, i] : edges) {
+    if (!active.empty() && t > last) {
+      const double dt = static_cast<double>(t - last);
+      busy_ns += dt;
+      for (int a : active) attributed[a] += dt / static_cast<double>(active.size());
+    }
+    last = t;
+    if (kind > 0) {
+      active.push_back(i);
+    } else {
+      active.erase(std::find(active.begin(), active.end(), i));
+    }
+  }
+  return attributed;
+}
+
+// The shares and entries per step from the activities and the windows' wall time.
+inline void fill_shares(const std::vector<Activity>& activities, const std::vector<Span>& windows, StepProfile& out) {
+  double busy_ns = 0;
+  const std::vector<double> attributed = split_overlaps(activities, busy_ns);
+  double wall_ns = 0;
+  for (const Span& w : windows) wall_ns += static_cast<double>(w.end - w.start);
+  const double per_step = out.steps > 0 ? 1e6 * out.steps : 1;  // ns -> ms per step
+  out.activities = static_cast<int64_t>(activities.size());
+  out.wall_ms = wall_ns / per_step;
+  std::map<std::tuple<int, std::string, std::string>, StepProfile::Entry> entries;
+  for (size_t i = 0; i < activities.size(); ++i) {
+    const Activity& a = activities[i];
+    out.ms[static_cast<int>(a.share)] += attributed[i] / per_step;
+    StepProfile::Entry& entry = entries[{static_cast<int>(a.share), a.op, a.kernel}];
+    entry.share = a.share;
+    entry.op = a.op;
+    entry.kernel = a.kernel;
+    entry.ms += attributed[i] / per_step;
+    entry.calls += static_cast<double>(a.calls) / std::max(out.steps, 1);
+  }
+  out.ms[static_cast<int>(Share::kHostGaps)] = std::max(0.0, wall_ns - busy_ns) / per_step;
+  for (auto& [key, entry] : entries) out.entries.push_back(std::move(entry));
+  std::sort(out.entries.begin(), out.entries.end(),
+            [](const StepProfile::Entry& a, const StepProfile::Entry& b) { return a.ms > b.ms; });
+}
+
+}  // namespace detail
+
 // Runs `step` once under the profiler unrecorded (the profiler's own first-use costs), then
 // `steps` times, each inside a "fsq::train_step" range, and cuts those ranges' wall time into the
 // shares. `step` must return with the device idle (synchronize inside it).
@@ -174,181 +397,14 @@ inline StepProfile profile_steps(const std::function<void()>& step, int steps, c
   }
   const std::unique_ptr<prof::ProfilerResult> result = prof::disableProfiler();
 
-  struct Op {
-    uint64_t start, end, thread;
-    std::string name;
-    Share own;
-    std::string dtypes;  // its inputs' ("Float,BFloat16"; empty where a Scalar or none)
-    int parent = -1;
-    std::vector<int> children;
-    Share share = Share::kOther;  // own, or its scope's (all-reduce, optimizer, attention) inherited
-  };
-  struct Span {
-    uint64_t start, end;
-  };
-  std::vector<Span> windows;
-  uint64_t step_thread = 0;  // the thread that ran the steps
-  std::vector<Op> ops;
-  std::unordered_map<uint64_t, int> op_of_correlation;
-  std::map<uint64_t, std::vector<int>> ops_of_thread;
-  const auto is = [](uint8_t type, libkineto::ActivityType t) { return type == static_cast<uint8_t>(t); };
-  for (const auto& e : result->events()) {
-    if (e.isAsync() || e.isHiddenEvent() || e.deviceType() != c10::DeviceType::CPU) continue;
-    const uint8_t type = e.activityType();
-    if (!is(type, libkineto::ActivityType::CPU_OP) && !is(type, libkineto::ActivityType::USER_ANNOTATION)) continue;
-    const std::string name = e.name();
-    if (name == kStepScope) {
-      windows.push_back({e.startNs(), e.endNs()});
-      step_thread = e.startThreadId();
-      continue;
-    }
-    Share own = op_share(name);
-    if (own == Share::kOther && options.flat_numel > 0 && e.hasShapes()) {
-      for (const auto& shape : e.shapes())
-        if (shape.size() == 1 && shape[0] == options.flat_numel) own = Share::kOptimizer;
-    }
-    ops_of_thread[e.startThreadId()].push_back(static_cast<int>(ops.size()));
-    op_of_correlation[e.correlationId()] = static_cast<int>(ops.size());
-    std::string dtypes;
-    if (e.hasTypes())
-      for (const std::string& t : e.dtypes()) dtypes += (dtypes.empty() ? "" : ",") + t;
-    ops.push_back({e.startNs(), std::max(e.startNs(), e.endNs()), e.startThreadId(), name, own, dtypes});
-  }
-  std::sort(windows.begin(), windows.end(), [](const Span& a, const Span& b) { return a.start < b.start; });
-  const auto window_of = [&](uint64_t t) -> const Span* {
-    for (const Span& w : windows)
-      if (t >= w.start && t < w.end) return &w;
-    return nullptr;
-  };
-
-  // Nesting per thread (start ascending, enclosing first), and the shares scopes hand down.
-  for (auto& [thread, ids] : ops_of_thread) {
-    std::sort(ids.begin(), ids.end(),
-              [&](int a, int b) { return std::tie(ops[a].start, ops[b].end) < std::tie(ops[b].start, ops[a].end); });
-    std::vector<int> stack;
-    for (int id : ids) {
-      Op& op = ops[id];
-      while (!stack.empty() && ops[stack.back()].end <= op.start) stack.pop_back();
-      if (!stack.empty()) {
-        op.parent = stack.back();
-        op.end = std::min(op.end, ops[op.parent].end);
-        ops[op.parent].children.push_back(id);
-      }
-      const Share inherited = op.parent >= 0 ? ops[op.parent].share : Share::kOther;
-      op.share = inherited == Share::kAllReduce || inherited == Share::kOptimizer || inherited == Share::kAttention
-                     ? inherited
-                     : op.own;
-      stack.push_back(id);
-    }
-  }
-
-  // Activities: CPU ops' self time (CPU), or kernels, memcpys and memsets (CUDA), inside a window.
-  struct Activity {
-    uint64_t start, end;
-    Share share;
-    std::string op, kernel;
-    int calls;  // 1 for an op's first self interval or a kernel, else 0
-  };
-  std::vector<Activity> activities_in_steps;
-  const auto add = [&](uint64_t start, uint64_t end, Share share, const std::string& op, const std::string& kernel,
-                       int calls) {
-    const Span* w = window_of(start);
-    if (w != nullptr)
-      activities_in_steps.push_back({start, std::max(start, std::min(end, w->end)), share, op, kernel, calls});
-  };
-  // A kernel's launcher: the op, its inputs' dtypes and the autograd node it ran in, as
-  // "aten::add_(Float,BFloat16) in AccumulateGrad" (the node tells a gradient's accumulation from
-  // the forward's own add_, the dtypes a cast from a copy).
-  const auto launcher_label = [](const std::vector<Op>& all, const Op& op) {
-    using detail::kNodePrefix;
-    std::string label = op.name + (op.dtypes.empty() ? "" : "(" + op.dtypes + ")");
-    for (int p = op.parent; p >= 0; p = all[p].parent)
-      if (all[p].name.rfind(kNodePrefix, 0) == 0) return label + " in " + all[p].name.substr(kNodePrefix.size());
-    return label;
-  };
+  detail::Recording recording = detail::recorded_ops(*result, options);
+  detail::nest_ops(recording);
   StepProfile out;
   out.cuda = options.cuda;
-  out.steps = static_cast<int>(windows.size());
-  if (options.cuda) {
-    for (const auto& e : result->events()) {
-      const uint8_t type = e.activityType();
-      if (!is(type, libkineto::ActivityType::CONCURRENT_KERNEL) && !is(type, libkineto::ActivityType::GPU_MEMCPY) &&
-          !is(type, libkineto::ActivityType::GPU_MEMSET))
-        continue;
-      const std::string kernel = e.name();
-      const auto launcher = op_of_correlation.find(e.linkedCorrelationId());
-      const Op* op = launcher == op_of_correlation.end() ? nullptr : &ops[launcher->second];
-      const Share share = is(type, libkineto::ActivityType::CONCURRENT_KERNEL)
-                              ? launched_kernel_share(kernel, op != nullptr ? op->share : Share::kOther)
-                              : (op != nullptr && op->share != Share::kGemm ? op->share : Share::kOther);
-      add(e.startNs(), e.endNs(), share, op != nullptr ? launcher_label(ops, *op) : "", short_kernel_name(kernel), 1);
-    }
-    // The stepping thread's time inside top-level ops.
-    for (const Op& op : ops) {
-      if (op.parent >= 0 || op.thread != step_thread) continue;
-      const Span* w = window_of(op.start);
-      if (w != nullptr) out.host_ops_ms += static_cast<double>(std::min(op.end, w->end) - op.start) / 1e6;
-    }
-  } else {
-    for (const Op& op : ops) {
-      uint64_t at = op.start;
-      int calls = 1;
-      for (int c : op.children) {
-        add(at, std::max(at, ops[c].start), op.share, op.name, "", calls);
-        at = std::max(at, ops[c].end);
-        calls = 0;
-      }
-      add(at, std::max(at, op.end), op.share, op.name, "", calls);
-    }
-  }
-
-  // Overlapping activities split their common time evenly: the shares add up to the busy time.
-  std::vector<std::tuple<uint64_t, int, int>> edges;  // (time, +1 start / -1 end, activity)
-  for (size_t i = 0; i < activities_in_steps.size(); ++i) {
-    if (activities_in_steps[i].end == activities_in_steps[i].start) continue;
-    edges.emplace_back(activities_in_steps[i].start, 1, static_cast<int>(i));
-    edges.emplace_back(activities_in_steps[i].end, -1, static_cast<int>(i));
-  }
-  std::sort(edges.begin(), edges.end());
-  out.activities = static_cast<int64_t>(activities_in_steps.size());
-  std::vector<double> attributed(activities_in_steps.size(), 0.0);
-  std::vector<int> active;
-  double busy_ns = 0;
-  uint64_t last = 0;
-  for (const auto& [t, kind, i] : edges) {
-    if (!active.empty() && t > last) {
-      const double dt = static_cast<double>(t - last);
-      busy_ns += dt;
-      for (int a : active) attributed[a] += dt / static_cast<double>(active.size());
-    }
-    last = t;
-    if (kind > 0) {
-      active.push_back(i);
-    } else {
-      active.erase(std::find(active.begin(), active.end(), i));
-    }
-  }
-
-  double wall_ns = 0;
-  for (const Span& w : windows) wall_ns += static_cast<double>(w.end - w.start);
-  const double per_step = out.steps > 0 ? 1e6 * out.steps : 1;  // ns -> ms per step
-  out.wall_ms = wall_ns / per_step;
-  out.host_ops_ms /= std::max(out.steps, 1);
-  std::map<std::tuple<int, std::string, std::string>, StepProfile::Entry> entries;
-  for (size_t i = 0; i < activities_in_steps.size(); ++i) {
-    const Activity& a = activities_in_steps[i];
-    out.ms[static_cast<int>(a.share)] += attributed[i] / per_step;
-    StepProfile::Entry& entry = entries[{static_cast<int>(a.share), a.op, a.kernel}];
-    entry.share = a.share;
-    entry.op = a.op;
-    entry.kernel = a.kernel;
-    entry.ms += attributed[i] / per_step;
-    entry.calls += static_cast<double>(a.calls) / std::max(out.steps, 1);
-  }
-  out.ms[static_cast<int>(Share::kHostGaps)] = std::max(0.0, wall_ns - busy_ns) / per_step;
-  for (auto& [key, entry] : entries) out.entries.push_back(std::move(entry));
-  std::sort(out.entries.begin(), out.entries.end(),
-            [](const StepProfile::Entry& a, const StepProfile::Entry& b) { return a.ms > b.ms; });
+  out.steps = static_cast<int>(recording.windows.size());
+  if (options.cuda) out.host_ops_ms = detail::host_ops_ms(recording) / std::max(out.steps, 1);
+  detail::fill_shares(options.cuda ? detail::device_activities(*result, recording) : detail::cpu_activities(recording),
+                      recording.windows, out);
   return out;
 }
 

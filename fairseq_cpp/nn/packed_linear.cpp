@@ -31,15 +31,30 @@ constexpr int64_t kRowsAvx2 = 3;  // rows per AVX2 kernel call: 12 accumulators 
 thread_local bool scope_enabled = false;
 
 // A weight (N, K) as ceil(N / 32) panels of (K, 32) floats: panel p, row k holds weight[p*32 + j][k]
-// for j < 32 (zero past N).
+// for j < 32 (zero past N). One pass, the panels shared among the intra-op threads (before: zeros,
+// a copy and a transposing copy on one thread: at transformer-big size 0.85 s against 1.3 s).
 at::Tensor pack(const at::Tensor& weight) {
   const at::Tensor w = weight.contiguous();
   const int64_t n = w.size(0), k = w.size(1);
   const int64_t panels = (n + kPanel - 1) / kPanel;
-  at::Tensor padded = at::zeros({panels * kPanel, k}, w.options());
-  padded.narrow(0, 0, n).copy_(w);
-  // (P*32, K) -> (P, 32, K) -> (P, K, 32)
-  return padded.view({panels, kPanel, k}).transpose(1, 2).contiguous();
+  at::Tensor packed = at::empty({panels, k, kPanel}, w.options());
+  const float* from = w.data_ptr<float>();
+  float* to = packed.data_ptr<float>();
+  at::parallel_for(0, panels, 1, [&](int64_t first, int64_t last) {
+    for (int64_t p = first; p < last; ++p) {
+      float* panel = to + p * k * kPanel;  // (K, 32); its 32 columns are rows p*32 ... of the weight
+      for (int64_t j = 0; j < kPanel; ++j) {
+        const int64_t row = p * kPanel + j;
+        if (row >= n) {
+          for (int64_t c = 0; c < k; ++c) panel[c * kPanel + j] = 0.0f;
+          continue;
+        }
+        const float* values = from + row * k;
+        for (int64_t c = 0; c < k; ++c) panel[c * kPanel + j] = values[c];
+      }
+    }
+  });
+  return packed;
 }
 
 struct Entry {

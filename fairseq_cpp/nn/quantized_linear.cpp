@@ -5,6 +5,7 @@
 #include <cmath>
 #include <cstdint>
 #include <cstring>
+#include <limits>
 #include <mutex>
 #include <unordered_map>
 #include <vector>
@@ -344,6 +345,72 @@ void quantize_row(const float* w, int64_t k, int64_t groups, int8_t* panels, flo
   *compensation = static_cast<int32_t>(sum * 128);
 }
 
+#ifdef FSQ_AVX512_KERNELS
+// quantize_row eight weights at a time with AVX2: the same products, clamped to +-127 and then
+// converted half to even (std::nearbyint's rounding in the default mode, the conversion's in the
+// default MXCSR), a NaN product to 0; the same scale (a NaN weight: a NaN scale) and sum.
+__attribute__((target("avx2,fma"))) void quantize_row_avx2(const float* w, int64_t k, int64_t groups, int8_t* panels,
+                                                           float* scale, int32_t* compensation, int64_t row) {
+  const int64_t vectors = k / 8 * 8;
+  const __m256 sign = _mm256_set1_ps(-0.0f);
+  __m256 vmax = _mm256_setzero_ps(), unordered = _mm256_setzero_ps();
+  for (int64_t c = 0; c < vectors; c += 8) {
+    const __m256 a = _mm256_andnot_ps(sign, _mm256_loadu_ps(w + c));
+    unordered = _mm256_or_ps(unordered, _mm256_cmp_ps(a, a, _CMP_UNORD_Q));
+    vmax = _mm256_max_ps(a, vmax);  // a NaN `a` gives vmax (the second operand): noted above instead
+  }
+  alignas(32) float lanes[8];
+  _mm256_store_ps(lanes, vmax);
+  float amax = *std::max_element(lanes, lanes + 8);
+  bool nan = _mm256_movemask_ps(unordered) != 0;
+  for (int64_t c = vectors; c < k; ++c) {
+    const float a = std::fabs(w[c]);
+    nan = nan || std::isnan(a);
+    amax = std::max(amax, a);
+  }
+  if (nan) amax = std::numeric_limits<float>::quiet_NaN();
+  const float inv = amax > 0 ? 127.0f / amax : 0.0f;
+  int8_t* column = panels + (row / kPanel) * groups * kPanel * kGroup + (row % kPanel) * kGroup;
+  const __m256 vinv = _mm256_set1_ps(inv), lo = _mm256_set1_ps(-127.0f), hi = _mm256_set1_ps(127.0f);
+  // Byte 0 of each int32 lane: lanes 0-3 into the low half's first 4 bytes, lanes 4-7 the high's.
+  const __m256i bytes = _mm256_setr_epi8(0, 4, 8, 12, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1, 0, 4, 8, 12, -1,
+                                         -1, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1);
+  __m256i sums = _mm256_setzero_si256();  // per lane at most 127 * K / 8: no overflow below K = 135M
+  for (int64_t c = 0; c < vectors; c += 8) {
+    const __m256 x = _mm256_mul_ps(_mm256_loadu_ps(w + c), vinv);
+    // max(NaN, -127) is -127 (the second operand); the ordered mask then makes it 0.
+    const __m256 clamped = _mm256_and_ps(_mm256_min_ps(_mm256_max_ps(x, lo), hi), _mm256_cmp_ps(x, x, _CMP_ORD_Q));
+    const __m256i q = _mm256_cvtps_epi32(clamped);
+    sums = _mm256_add_epi32(sums, q);
+    const __m256i packed = _mm256_shuffle_epi8(q, bytes);
+    const int32_t first = _mm256_extract_epi32(packed, 0), second = _mm256_extract_epi32(packed, 4);
+    std::memcpy(column + (c / kGroup) * kPanel * kGroup, &first, kGroup);
+    std::memcpy(column + (c / kGroup + 1) * kPanel * kGroup, &second, kGroup);
+  }
+  alignas(32) int32_t lane_sums[8];
+  _mm256_store_si256(reinterpret_cast<__m256i*>(lane_sums), sums);
+  int64_t sum = 0;
+  for (int32_t lane : lane_sums) sum += lane;
+  for (int64_t c = vectors; c < k; ++c) {
+    const float r = std::nearbyint(w[c] * inv);
+    const int32_t q = std::isnan(r) ? 0 : static_cast<int32_t>(std::min(127.0f, std::max(-127.0f, r)));
+    column[(c / kGroup) * kPanel * kGroup + c % kGroup] = static_cast<int8_t>(q);
+    sum += q;
+  }
+  *scale = amax / 127.0f;
+  *compensation = static_cast<int32_t>(sum * 128);
+}
+#endif
+
+// quantize_row_avx2 where the CPU has AVX2 and FMA, else quantize_row.
+using QuantizeRow = void (*)(const float*, int64_t, int64_t, int8_t*, float*, int32_t*, int64_t);
+QuantizeRow row_quantizer() {
+#ifdef FSQ_AVX512_KERNELS
+  if (core::cpu_has_avx2_fma()) return quantize_row_avx2;
+#endif
+  return quantize_row;
+}
+
 }  // namespace
 
 Int8Weight Int8Weight::quantize(const at::Tensor& weight) {
@@ -364,6 +431,7 @@ Int8Weight Int8Weight::quantize(const at::Tensor& weight) {
   float* scales = out.scales_.data_ptr<float>();
   int32_t* compensation = out.compensation_.data_ptr<int32_t>();
   const int64_t k = out.k_;
+  const QuantizeRow quantize_row = row_quantizer();
   at::parallel_for(0, out.n_, std::max<int64_t>(1, (1 << 16) / std::max<int64_t>(k, 1)),
                    [&](int64_t first, int64_t last) {
                      for (int64_t row = first; row < last; ++row)

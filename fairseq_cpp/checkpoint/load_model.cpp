@@ -25,7 +25,7 @@ LoadedModel load_model(const StateDict& state, const std::string& path, const mo
   }
   {
     // load_model_state below overwrites every parameter or throws: drawing initial values first
-    // would only cost time (about 2.5 s of transformer-big's load).
+    // would only cost time (two passes of random numbers over every weight).
     nn::ParametersFromCheckpoint loading;
     out.model = std::make_shared<models::TransformerModel>(options, vocabularies);
   }

@@ -69,7 +69,11 @@ T pick(const std::optional<T>& user, const std::optional<T>& preset, T fallback)
 
 torch::nn::Embedding make_embedding(int64_t rows, int64_t dim, int64_t padding_idx) {
   torch::nn::EmbeddingOptions options = torch::nn::EmbeddingOptions(rows, dim).padding_idx(padding_idx);
-  if (!nn::initialise_parameters()) return torch::nn::Embedding(options._weight(torch::empty({rows, dim})));
+  if (!nn::initialise_parameters()) {
+    torch::nn::Embedding embedding(options._weight(torch::empty({rows, dim})));
+    embedding->options._weight(at::Tensor());  // not kept: a clone() would share it
+    return embedding;
+  }
   torch::nn::Embedding embedding(options);
   torch::NoGradGuard no_grad;
   torch::nn::init::normal_(embedding->weight, 0.0, std::pow(static_cast<double>(dim), -0.5));

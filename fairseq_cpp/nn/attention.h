@@ -115,7 +115,8 @@ class MultiheadAttentionImpl : public torch::nn::Module {
  public:
   explicit MultiheadAttentionImpl(const MultiheadAttentionOptions& options);
   // fairseq's initialisation: xavier_uniform with gain 1/sqrt(2) on q/k/v (v0.9+), plain xavier on
-  // out_proj, out_proj bias zero; q/k/v biases keep Linear's default.
+  // out_proj, out_proj bias zero; q/k/v biases keep Linear's default. Does nothing while a
+  // ParametersFromCheckpoint lives on this thread.
   void reset_parameters();
 
   // query (B, Tq, C), key_value (B, Tk, C) -> (B, Tq, C). `key_padding_mask` (B, Tk) is true at

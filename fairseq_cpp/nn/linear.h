@@ -7,8 +7,9 @@
 //   Linear fc1(512, 2048);   // weight and bias U(-1/sqrt(512), 1/sqrt(512))
 //   at::Tensor y = scoped_linear(x, fc1->weight, fc1->bias);   // (..., 512) -> (..., 2048)
 //
+//   std::shared_ptr<M> model;
 //   { ParametersFromCheckpoint loading;           // no random numbers: the values are garbage
-//     auto model = std::make_shared<M>(options); }  // until load_model_state overwrites them all
+//     model = std::make_shared<M>(options); }       // until load_model_state overwrites them all
 
 #include <cstdint>
 #include <ostream>
@@ -20,7 +21,8 @@
 namespace fairseq_cpp::nn {
 
 // While one lives, modules built on this thread leave their parameters' memory as allocated:
-// every initial value drawn or set (Linear's, the embeddings', the attention's xavier) is skipped.
+// every random draw (Linear's, the embeddings', the attention's xavier) is skipped; the constants
+// of LayerNorm (ones and zeros) are still set.
 // Only for a model whose every parameter a checkpoint then overwrites: load_model_state refuses a
 // file that lacks one, so no uninitialised value is ever read. Buffers and tables computed from
 // the options (the sinusoidal positions) are built as always. Nests; restores on destruction.

@@ -348,7 +348,7 @@ void quantize_row(const float* w, int64_t k, int64_t groups, int8_t* panels, flo
 #ifdef FSQ_AVX512_KERNELS
 // quantize_row eight weights at a time with AVX2: the same products, clamped to +-127 and then
 // converted half to even (std::nearbyint's rounding in the default mode, the conversion's in the
-// default MXCSR), a NaN product to 0; the same scale (a NaN weight: a NaN scale) and sum.
+// default MXCSR), a NaN product to 0; the same scale and sum (a row with a NaN: quantize_row's).
 __attribute__((target("avx2,fma"))) void quantize_row_avx2(const float* w, int64_t k, int64_t groups, int8_t* panels,
                                                            float* scale, int32_t* compensation, int64_t row) {
   const int64_t vectors = k / 8 * 8;
@@ -368,7 +368,10 @@ __attribute__((target("avx2,fma"))) void quantize_row_avx2(const float* w, int64
     nan = nan || std::isnan(a);
     amax = std::max(amax, a);
   }
-  if (nan) amax = std::numeric_limits<float>::quiet_NaN();
+  if (nan) {  // the scalar loop's scale keeps the NaN's own bits
+    quantize_row(w, k, groups, panels, scale, compensation, row);
+    return;
+  }
   const float inv = amax > 0 ? 127.0f / amax : 0.0f;
   int8_t* column = panels + (row / kPanel) * groups * kPanel * kGroup + (row % kPanel) * kGroup;
   const __m256 vinv = _mm256_set1_ps(inv), lo = _mm256_set1_ps(-127.0f), hi = _mm256_set1_ps(127.0f);
@@ -431,11 +434,11 @@ Int8Weight Int8Weight::quantize(const at::Tensor& weight) {
   float* scales = out.scales_.data_ptr<float>();
   int32_t* compensation = out.compensation_.data_ptr<int32_t>();
   const int64_t k = out.k_;
-  const QuantizeRow quantize_row = row_quantizer();
+  const QuantizeRow quantize_one = row_quantizer();
   at::parallel_for(0, out.n_, std::max<int64_t>(1, (1 << 16) / std::max<int64_t>(k, 1)),
                    [&](int64_t first, int64_t last) {
                      for (int64_t row = first; row < last; ++row)
-                       quantize_row(src + row * k, k, groups, dst, scales + row, compensation + row, row);
+                       quantize_one(src + row * k, k, groups, dst, scales + row, compensation + row, row);
                    });
   return out;
 }

@@ -99,6 +99,17 @@ TEST(Checkpoint, LoadModelTakesEveryParameterFromTheFileAndDrawsNothing) {
   auto pa = a->named_parameters(true), pb = loaded.model->named_parameters(true);
   ASSERT_EQ(pa.keys(), pb.keys());
   for (const auto& item : pa) EXPECT_TRUE(torch::equal(item.value(), pb[item.key()])) << item.key();
+
+  // The model is built uninitialised: a file without one of its parameters is refused, by name.
+  StateDict lacking = sample_checkpoint(*a);
+  TensorDict weights = model_entry(lacking, path);
+  ASSERT_EQ(weights.erase("encoder.layers.0.fc1.weight"), 1u);
+  lacking.insert_or_assign(kModelKey, weights);
+  save_file(path, lacking);
+  const std::string text = expect_error_text([&] {
+    load_model(path, models::Vocabularies{20, 24, 1, false}, torch::kCPU);
+  });
+  EXPECT_NE(text.find("encoder.layers.0.fc1.weight"), std::string::npos) << text;
 }
 
 // This process's resident set in MiB.

@@ -4,6 +4,8 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <cstdint>
+#include <cstring>
 #include <limits>
 #include <utility>
 #include <vector>
@@ -61,23 +63,63 @@ TEST(Int8Linear, QuantizesEachOutputChannelSymmetrically) {
   EXPECT_TRUE(torch::equal(q.compensation(), expected));
 }
 
-// Each value, scale and compensation sum as the float32 formula gives them, computed here one
-// weight at a time, for rows whose specials lie in the vectorized part (columns 0-31) and in the
-// tail (32-36): ties that round half to even, a NaN (the row quantizes to 0, its scale is NaN), an
-// infinity (scale infinite, every value 0), a denormal maximum whose 127 / max overflows (+-127,
-// and 0 for a zero), an all-zero row.
+// Each value, scale (to the bit, a NaN's payload included) and compensation sum of Int8Weight::
+// quantize(w) as the float32 formula gives them, computed here one weight at a time.
+void expect_rounded_products(const at::Tensor& w) {
+  Int8Weight q = Int8Weight::quantize(w);
+  const at::Tensor values = q.values(), scales = q.scales(), compensation = q.compensation();
+  const int64_t cols = w.size(1);
+  for (int64_t n = 0; n < w.size(0); ++n) {
+    const float* row = w[n].data_ptr<float>();
+    float amax = 0.0f;
+    for (int64_t c = 0; c < cols; ++c) {
+      const float a = std::fabs(row[c]);
+      if (std::isnan(a)) {
+        amax = a;  // the last NaN, its sign cleared
+      } else if (!std::isnan(amax)) {
+        amax = std::max(amax, a);
+      }
+    }
+    const float inv = amax > 0 ? 127.0f / amax : 0.0f;
+    int64_t sum = 0;
+    for (int64_t c = 0; c < cols; ++c) {
+      const float r = std::nearbyint(row[c] * inv);
+      const int expected = std::isnan(r) ? 0 : static_cast<int>(std::min(127.0f, std::max(-127.0f, r)));
+      EXPECT_EQ(values[n][c].item<int8_t>(), expected) << "row " << n << ", column " << c;
+      sum += expected;
+    }
+    const float scale = scales[n].item<float>(), expected_scale = amax / 127.0f;
+    uint32_t bits = 0, expected_bits = 0;
+    std::memcpy(&bits, &scale, sizeof bits);
+    std::memcpy(&expected_bits, &expected_scale, sizeof bits);
+    EXPECT_EQ(bits, expected_bits) << "row " << n << ": scale " << scale << ", expected " << expected_scale;
+    EXPECT_EQ(compensation[n].item<int32_t>(), sum * 128) << n;
+  }
+}
+
+float nan_with_bits(uint32_t bits) {
+  float f = 0;
+  std::memcpy(&f, &bits, sizeof f);
+  return f;
+}
+
+// Specials in the vectorized part (columns 0-31) and in the tail (32-36): ties that round half to
+// even, NaNs (the row quantizes to 0; its scale keeps the NaN's payload), infinities (scale
+// infinite, every value 0), a denormal maximum whose 127 / max overflows (+-127, and 0 for a
+// zero), an all-zero row; then K below 8 and a multiple of 8, over more than one panel (N > 32).
 TEST(Int8Linear, QuantizedValuesAreTheRoundedProductsToTheBit) {
-  constexpr int64_t kCols = 37;
+  SCOPED_TRACE(core::cpu_has_avx2_fma() ? "the AVX2 row quantizer" : "the scalar row quantizer");
   const float nan = std::numeric_limits<float>::quiet_NaN(), inf = std::numeric_limits<float>::infinity();
   const float tiny = std::numeric_limits<float>::denorm_min();
   torch::manual_seed(11);
-  at::Tensor w = torch::randn({9, kCols});
+  at::Tensor w = torch::randn({9, 37});
   w[1].zero_();
   const std::vector<std::pair<int64_t, float>> ties{{0, 0.5f},   {1, 1.5f},   {2, 2.5f},  {3, -0.5f},  {4, -2.5f},
                                                     {5, 126.5f}, {6, 127.0f}, {33, 3.5f}, {34, -4.5f}, {36, -126.5f}};
   for (const auto& [c, v] : ties) w[1][c] = v;  // max 127: the products are the values themselves
   w[2][3] = nan;
-  w[3][35] = nan;
+  w[2][20] = nan_with_bits(0xffc00456u);  // a second NaN: the last one's bits make the scale
+  w[3][35] = nan_with_bits(0x7fc00123u);
   w[4][10] = inf;
   w[5].zero_();
   w[5][7] = tiny;
@@ -85,40 +127,21 @@ TEST(Int8Linear, QuantizedValuesAreTheRoundedProductsToTheBit) {
   w[6].zero_();
   w[7] = w[7] * 1e-3f;
   w[8][36] = -inf;
-  Int8Weight q = Int8Weight::quantize(w);
-  const at::Tensor values = q.values(), scales = q.scales(), compensation = q.compensation();
-  for (int64_t n = 0; n < w.size(0); ++n) {
-    const float* row = w[n].data_ptr<float>();
-    float amax = 0.0f;
-    bool has_nan = false;
-    for (int64_t c = 0; c < kCols; ++c) {
-      has_nan = has_nan || std::isnan(row[c]);
-      amax = std::max(amax, std::fabs(row[c]));
-    }
-    if (has_nan) amax = nan;
-    const float inv = amax > 0 ? 127.0f / amax : 0.0f;
-    int64_t sum = 0;
-    for (int64_t c = 0; c < kCols; ++c) {
-      const float r = std::nearbyint(row[c] * inv);
-      const int expected = std::isnan(r) ? 0 : static_cast<int>(std::min(127.0f, std::max(-127.0f, r)));
-      EXPECT_EQ(values[n][c].item<int8_t>(), expected) << "row " << n << ", column " << c;
-      sum += expected;
-    }
-    const float scale = scales[n].item<float>();
-    if (has_nan) {
-      EXPECT_TRUE(std::isnan(scale)) << n;
-    } else {
-      EXPECT_EQ(scale, amax / 127.0f) << n;
-    }
-    EXPECT_EQ(compensation[n].item<int32_t>(), sum * 128) << n;
-  }
-  // The ties: half to even.
-  EXPECT_EQ(values[1][0].item<int8_t>(), 0);
+  expect_rounded_products(w);
+  const at::Tensor values = Int8Weight::quantize(w).values();
+  EXPECT_EQ(values[1][0].item<int8_t>(), 0);  // ties: half to even
   EXPECT_EQ(values[1][2].item<int8_t>(), 2);
   EXPECT_EQ(values[1][5].item<int8_t>(), 126);
   EXPECT_EQ(values[1][34].item<int8_t>(), -4);
   EXPECT_EQ(values[5][7].item<int8_t>(), 127);
   EXPECT_EQ(values[5][34].item<int8_t>(), -127);
+  for (int64_t cols : {5, 16}) {
+    at::Tensor more = torch::randn({40, cols});
+    more[33][cols - 1] = nan_with_bits(0xffc00789u);
+    more[2][0] = -inf;
+    SCOPED_TRACE(cols);
+    expect_rounded_products(more);
+  }
 }
 
 // y64 (M, N) = x w^T + b within the bound that the rounding of x and w to int8 allows.

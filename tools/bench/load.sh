@@ -20,6 +20,7 @@ for b in "$build" "$baseline"; do
   [[ -x "$b/fairseq-cpp-interactive" ]] || { echo "load.sh: no fairseq-cpp-interactive in $b" >&2; exit 2; }
 done
 [[ -f "$checkpoint" ]] || { echo "load.sh: no checkpoint $checkpoint" >&2; exit 2; }
+command -v bc >/dev/null || { echo "load.sh: needs bc (apt-get install bc)" >&2; exit 2; }
 work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT
 export OMP_WAIT_POLICY=PASSIVE  # as tools/bench/generate.sh
@@ -42,6 +43,7 @@ for name in baseline ours; do
   wall[$name]=$(cat "$work/$name".*.time | awk '{print $1}' | median)
   rss[$name]=$(cat "$work/$name".*.time | awk '{printf "%.0f\n", $2 / 1024}' | median)
   loaded[$name]=$(sed -n 's/.*\] loaded .* after \([0-9.]*\) s.*/\1/p' "$work/$name".*.log | median)
+  [[ -n "${loaded[$name]}" ]] || { echo "load.sh: $name's log has no \"loaded ... after X s\" line" >&2; exit 1; }
 done
 echo "loading $(basename "$checkpoint") ($(du -m "$checkpoint" | cut -f1) MB), --quantize $quantize," \
   "one line translated, medians of $runs, $(lscpu | sed -n 's/^Model name: *//p' | head -1)"

@@ -321,6 +321,15 @@ const char* int8_linear_kernel() { return use_vnni() ? "AVX-512 VNNI" : "AVX2"; 
 
 namespace {
 
+// Weight w[c] times `inv`, rounded half to even and clamped to +-127 (a NaN product: 0), written
+// at its place in a row's panel column; returns it.
+inline int32_t quantize_into(const float* w, int64_t c, float inv, int8_t* column) {
+  const float r = std::nearbyint(w[c] * inv);
+  const int32_t q = std::isnan(r) ? 0 : static_cast<int32_t>(std::min(127.0f, std::max(-127.0f, r)));
+  column[(c / kGroup) * kPanel * kGroup + c % kGroup] = static_cast<int8_t>(q);
+  return q;
+}
+
 // Row `row` of the (N, K) float32 weight `w`, quantized symmetrically per output channel:
 // q = round(w * (127 / max|w|)) (half to even, clamped to +-127; 0 for an all-zero row, and for
 // a NaN product: a non-finite weight, or a zero in a row whose 127 / max|w| overflows) written
@@ -335,12 +344,7 @@ void quantize_row(const float* w, int64_t k, int64_t groups, int8_t* panels, flo
   const float inv = amax > 0 ? 127.0f / amax : 0.0f;  // one float32 division, not 127 * (1 / amax)
   int8_t* column = panels + (row / kPanel) * groups * kPanel * kGroup + (row % kPanel) * kGroup;
   int64_t sum = 0;  // (int32 products overflow the kernels' sums first, past K = 66,000)
-  for (int64_t c = 0; c < k; ++c) {
-    const float r = std::nearbyint(w[c] * inv);
-    const int32_t q = std::isnan(r) ? 0 : static_cast<int32_t>(std::min(127.0f, std::max(-127.0f, r)));
-    column[(c / kGroup) * kPanel * kGroup + c % kGroup] = static_cast<int8_t>(q);
-    sum += q;
-  }
+  for (int64_t c = 0; c < k; ++c) sum += quantize_into(w, c, inv, column);
   *scale = amax / 127.0f;
   *compensation = static_cast<int32_t>(sum * 128);
 }
@@ -394,12 +398,7 @@ __attribute__((target("avx2,fma"))) void quantize_row_avx2(const float* w, int64
   _mm256_store_si256(reinterpret_cast<__m256i*>(lane_sums), sums);
   int64_t sum = 0;
   for (int32_t lane : lane_sums) sum += lane;
-  for (int64_t c = vectors; c < k; ++c) {
-    const float r = std::nearbyint(w[c] * inv);
-    const int32_t q = std::isnan(r) ? 0 : static_cast<int32_t>(std::min(127.0f, std::max(-127.0f, r)));
-    column[(c / kGroup) * kPanel * kGroup + c % kGroup] = static_cast<int8_t>(q);
-    sum += q;
-  }
+  for (int64_t c = vectors; c < k; ++c) sum += quantize_into(w, c, inv, column);
   *scale = amax / 127.0f;
   *compensation = static_cast<int32_t>(sum * 128);
 }

@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # SLURM for real (CTest label `slurm`): a one-node cluster on localhost (tools/slurm/local-cluster.sh),
-# then `srun -n2` jobs whose ranks come from our SLURM inference:
+# started on a port another program holds (it must move to a free one), then `srun -n2` jobs whose
+# ranks come from our SLURM inference:
 #   1. the probe's collective suite over Gloo (ranks agree on every all-reduce);
 #   2. fairseq-cpp-train --dry-run-distributed prints mode=slurm-per-task for each task;
 #   3. one task per node with distributed_world_size=2 spawns two local workers (slurm-per-node);
@@ -18,7 +19,25 @@ fail() {
   exit 1
 }
 
-eval "$("$src/tools/slurm/local-cluster.sh" start "$dir")"
+# 0. a controller port that another program holds (a listener on FSQ_SLURM_PORT, taken unchecked)
+# is given up for another one; the cluster comes up on that one.
+busy=$(python3 -c 'import socket; s = socket.socket(); s.bind(("", 0)); print(s.getsockname()[1])')
+python3 -c 'import socket, sys, time
+s = socket.socket()
+s.bind(("", int(sys.argv[1]))); s.listen(); print("listening", flush=True); time.sleep(600)' "$busy" >"$dir/busy.out" &
+holder=$!
+trap 'kill "$holder" 2>/dev/null || true; "$src/tools/slurm/local-cluster.sh" stop "$dir" >/dev/null 2>&1 || true; rm -rf "$dir"' EXIT
+for _ in $(seq 1 50); do grep -q listening "$dir/busy.out" && break; sleep 0.1; done
+grep -q listening "$dir/busy.out" || fail "could not hold port $busy"
+cluster_env=$(FSQ_SLURM_PORT=$busy "$src/tools/slurm/local-cluster.sh" start "$dir" 2>"$dir/start.err") ||
+  fail "local-cluster.sh start: $(cat "$dir/start.err")"
+eval "$cluster_env"  # SLURM_CONF
+grep -q "port $busy or $((busy + 1)) is taken (attempt 1); trying another" "$dir/start.err" ||
+  fail "the taken port was not given up: $(cat "$dir/start.err")"
+port=$(sed -n 's/^SlurmctldPort=//p' "$SLURM_CONF")
+[ -n "$port" ] && [ "$port" != "$busy" ] || fail "slurmctld still configured on the taken port $busy"
+kill "$holder" && wait "$holder" 2>/dev/null || true
+echo "slurm: a taken port $busy was given up for $port"
 
 out=$(timeout 120 srun -n2 --kill-on-bad-exit=1 "$build/tests/fsq_dist_probe" collectives --timeout 60 2>"$dir/err1") ||
   fail "srun collectives: $(cat "$dir/err1")"
@@ -57,4 +76,4 @@ timeout 300 srun -n2 --kill-on-bad-exit=1 "$build/fairseq-cpp-train" task.data="
 grep -q 'mode=slurm-per-task rank=0/2' "$dir/err4" || fail "training did not run as slurm-per-task: $(cat "$dir/err4")"
 grep -q 'done training' "$dir/err4" || fail "training did not finish: $(tail -n 20 "$dir/err4")"
 [ -f "$dir/ckpt/checkpoint_last.pt" ] || fail "no checkpoint_last.pt"
-echo "slurm: 4 passed, 0 failed"
+echo "slurm: 5 passed, 0 failed"

@@ -6,8 +6,11 @@
 #   tools/slurm/local-cluster.sh start DIR --hosts N   # N nodes: the test hosts of tools/netns/hosts.sh
 #   tools/slurm/local-cluster.sh stop DIR
 #
-# `start` prints "export SLURM_CONF=DIR/slurm.conf" (eval it). Needs root (the daemons run as root)
-# and the packages munge slurmctld slurmd slurm-client.
+# `start` prints "export SLURM_CONF=DIR/slurm.conf" (eval it) once every node is up, or exits 1
+# within about 30 s per attempt. On one node slurmctld takes a random port P with P and P+1 free
+# (slurmd takes P+1; FSQ_SLURM_PORT sets the first attempt's P), and a port taken between the check
+# and the daemon's bind is retried with another, three attempts in all. Needs root (the daemons run
+# as root) and the packages munge slurmctld slurmd slurm-client.
 #
 # With --hosts N, make the hosts first (`tools/netns/hosts.sh up N`; FSQ_NETNS_PREFIX and
 # FSQ_NETNS_SUBNET are read the same way). Node I is the test host PREFIX<I> at its veth address:
@@ -46,16 +49,32 @@ fail() {
 
 # Every daemon that one of our pid files names, SIGTERM first and SIGKILL after 10 s.
 stop() {
-  local pidfile pids=()
-  for pidfile in "$dir"/slurmd*.pid "$dir"/slurmctld.pid "$dir"/munged.pid; do
+  stop_pids 100 "$dir"/slurmd*.pid "$dir"/slurmctld.pid "$dir"/munged.pid
+}
+
+# SLURM's daemons only (munged stays), for another attempt: a daemon that is starting may take its
+# time over SIGTERM, and nothing of theirs is kept, so SIGKILL after 1 s.
+stop_slurm() {
+  stop_pids 10 "$dir"/slurmd*.pid "$dir"/slurmctld.pid
+}
+
+# TICKS PIDFILE...: SIGTERM, then SIGKILL to those still running after TICKS tenths of a second.
+stop_pids() {
+  local ticks=$1 pidfile pid pids=() left
+  shift
+  for pidfile in "$@"; do
     [ -f "$pidfile" ] || continue
     pids+=("$(cat "$pidfile")")
     rm -f "$pidfile"
   done
   [ ${#pids[@]} -gt 0 ] || return 0
   kill "${pids[@]}" 2>/dev/null || true
-  for _ in $(seq 1 100); do
-    kill -0 "${pids[@]}" 2>/dev/null || return 0
+  for _ in $(seq 1 "$ticks"); do
+    left=()
+    for pid in "${pids[@]}"; do
+      kill -0 "$pid" 2>/dev/null && left+=("$pid")
+    done
+    [ ${#left[@]} -gt 0 ] || return 0
     sleep 0.1
   done
   kill -9 "${pids[@]}" 2>/dev/null || true
@@ -105,11 +124,6 @@ read -r controller controller_address <<<"${nodes[0]}"
 
 stop
 cpus=$(nproc)
-if ((hosts == 0)); then
-  port=$((20000 + RANDOM % 20000))  # this machine's ports are shared with everything else
-else
-  port=6817  # the hosts' namespaces are fresh: SLURM's own ports are free there
-fi
 mkdir -p "$dir/state" "$dir/spool" "$dir/munge"
 chown munge:munge "$dir/munge"
 
@@ -123,7 +137,9 @@ else
   # Several slurmd on one machine: %n is the node name that `slurmd -N` gives.
   spool=$dir/spool/%n slurmd_pid=$dir/slurmd-%n.pid slurmd_log=$dir/slurmd-%n.log
 fi
-{
+# slurm.conf with slurmctld on PORT and slurmd on PORT+1.
+write_conf() {
+  local port=$1 node name address
   cat <<CONF
 ClusterName=fsqtest
 SlurmctldHost=$controller($controller_address)
@@ -158,34 +174,97 @@ CONF
     echo "NodeName=$name NodeAddr=$address NodeHostname=$name CPUs=$cpus State=UNKNOWN"
   done
   echo "PartitionName=debug Nodes=ALL Default=YES MaxTime=INFINITE State=UP OverSubscribe=FORCE:4"
-} >"$dir/slurm.conf"
+}
 
 export SLURM_CONF=$dir/slurm.conf
 if ((hosts == 0)); then
-  slurmctld -f "$SLURM_CONF" -i
-  slurmd -f "$SLURM_CONF" -N "$controller"
-  query() { "$@"; }
+  query() { timeout 3 "$@"; }
 else
-  on_node "$controller" slurmctld -f "$SLURM_CONF" -i
-  for node in "${nodes[@]}"; do
-    read -r name _ <<<"$node"
-    mkdir -p "$dir/spool/$name"  # slurmd does not make its spool folder
-    on_node "$name" slurmd -f "$SLURM_CONF" -N "$name"
-  done
-  query() { on_node "$controller" "$@"; }
+  query() { on_node "$controller" timeout 3 "$@"; }
 fi
 
-# Every node up (idle, or busy with a job).
-want=${#nodes[@]}
-for _ in $(seq 1 60); do
-  up=$(query sinfo -h -N -o '%N %T' 2>/dev/null | grep -cE ' (idle|mixed|allocated)$' || true)
-  if [ "$up" -eq "$want" ]; then
+# A port P with P and P+1 free on this machine (its ports are shared with everything else), or 6817
+# in the hosts' fresh namespaces, where SLURM's own ports are free. FSQ_SLURM_PORT, when set, is
+# the first attempt's port, taken unchecked.
+pick_port() {
+  local attempt=$1 port
+  if ((attempt == 1)) && [ -n "${FSQ_SLURM_PORT:-}" ]; then
+    echo "$FSQ_SLURM_PORT"
+    return
+  fi
+  if ((hosts > 0)); then
+    echo 6817
+    return
+  fi
+  for _ in $(seq 1 50); do
+    port=$((20000 + RANDOM % 20000))
+    if [ -z "$(ss -Htan "( sport = :$port or sport = :$((port + 1)) )")" ]; then
+      echo "$port"
+      return
+    fi
+  done
+  fail "no free pair of TCP ports found in 50 tries"
+}
+
+start_daemons() {
+  local node name
+  if ((hosts == 0)); then
+    slurmctld -f "$SLURM_CONF" -i
+    slurmd -f "$SLURM_CONF" -N "$controller"
+  else
+    on_node "$controller" slurmctld -f "$SLURM_CONF" -i
+    for node in "${nodes[@]}"; do
+      read -r name _ <<<"$node"
+      mkdir -p "$dir/spool/$name"  # slurmd does not make its spool folder
+      on_node "$name" slurmd -f "$SLURM_CONF" -N "$name"
+    done
+  fi
+}
+
+# Waits at most 30 s for every node to be up (idle, or busy with a job). Returns 0 when they are,
+# 3 when a daemon lost its port to another program (a race with the check above: try another), 1
+# otherwise. Stops as soon as a daemon has died instead of waiting out the time.
+wait_up() {
+  local want=${#nodes[@]} up=0 deadline=$((SECONDS + 30)) pidfile
+  while ((SECONDS < deadline)); do
+    # Before sinfo: another program on the port would take sinfo's request and never answer.
+    port_taken && return 3
+    up=$(query sinfo -h -N -o '%N %T' 2>/dev/null | grep -cE ' (idle|mixed|allocated)$' || true)
+    [ "$up" -eq "$want" ] && return 0
+    for pidfile in "$dir/slurmctld.pid" "$dir"/slurmd*.pid; do
+      # A daemon writes its pid file after it has forked: one not there yet is not a dead one.
+      if [ -f "$pidfile" ] && ! kill -0 "$(cat "$pidfile")" 2>/dev/null; then
+        echo "local-cluster: a daemon stopped ($pidfile)" >&2
+        return 1
+      fi
+    done
+    sleep 0.5
+  done
+  port_taken && return 3
+  echo "local-cluster: $up of $want node(s) came up in 30 s" >&2
+  return 1
+}
+
+port_taken() {
+  grep -qs 'Address already in use' "$dir"/slurmctld.log "$dir"/slurmd*.log
+}
+
+for attempt in 1 2 3; do
+  port=$(pick_port "$attempt")
+  rm -f "$dir"/slurmctld.log "$dir"/slurmd*.log
+  write_conf "$port" >"$SLURM_CONF"
+  start_daemons
+  status=0
+  wait_up || status=$?
+  if ((status == 0)); then
     echo "export SLURM_CONF=$SLURM_CONF"
     exit 0
   fi
-  sleep 0.5
+  ((status == 3)) || break
+  echo "local-cluster: port $port or $((port + 1)) is taken (attempt $attempt); trying another" >&2
+  stop_slurm
 done
-echo "local-cluster: $up of $want node(s) came up; logs in $dir" >&2
+echo "local-cluster: the cluster did not come up; logs in $dir" >&2
 query sinfo -N >&2 || true
 tail -n 20 "$dir"/slurmctld.log "$dir"/slurmd*.log >&2 || true
 exit 1

@@ -11,7 +11,9 @@
 # GEMM, attention, optimizer, all-reduce, other kernels and host gaps; the table in profile.txt),
 # the big model's step again with activation checkpointing (its memory and speed) and without the
 # low-precision copies of the weights (autocast's casts at each use, against the default), and the
-# big model at the largest batch that fits the card.
+# big model at the largest batch that fits the card; beside them all, on 2 of its CPU cores, bf16
+# training and generation on the machine's CPU against float32 (tools/bench/cpu_bf16.sh: the CPU
+# machines have no bf16 products, a GPU machine's CPU may).
 # Prints one table last; writes every log and `record.md` (the table, with the commit, device,
 # driver, PyTorch version and date: prepend it to docs/benchmarks/gpu.md) into LOGDIR.
 #
@@ -22,9 +24,10 @@
 #               carry what prepare.sh prints
 #   tools/gpu/run.sh LOGDIR [--quick] [--shared DIR] [--steps LIST]
 #     DIR: the shared test data (default: .gpu-shared, $FSQ_SHARED, ../shared); LIST: some of build,tests,parity,generate,
-#     throughput,overlap (default all; run as build, tests, generate, parity, overlap, throughput:
-#     the short ones first; torch.compile's reference compiles beside them), or cpu-reference alone (what prepare.sh
-#     runs: the CPU's fp32 parity run, kept in LOGDIR/cpu-fp32-loss).
+#     throughput,overlap,cpu-bf16 (default all; run as build, tests, generate, parity, overlap, throughput:
+#     the short ones first; torch.compile's reference compiles beside them, and cpu-bf16, bf16 on
+#     this machine's CPU by tools/bench/cpu_bf16.sh, runs beside them all on its last 2 cores), or
+#     cpu-reference alone (what prepare.sh runs: the CPU's fp32 parity run, kept in LOGDIR/cpu-fp32-loss).
 # A session has 15 minutes of device time, the machine's start included, so one call does it all:
 # - the build: prepare.sh compiles the wheel lane here (the same PyTorch 2.11 + CUDA 13 build as
 #   there) and packs its programs and tests, stripped, into .gpu-deps/prebuilt.tar.xz (about 6 MB);
@@ -54,7 +57,7 @@ logs=${1:?usage: tools/gpu/run.sh LOGDIR [--quick] [--shared DIR]}
 shift
 quick=0
 shared=
-steps=build,tests,parity,generate,throughput,overlap
+steps=build,tests,parity,generate,throughput,overlap,cpu-bf16
 while [ $# -gt 0 ]; do
   case $1 in
     --quick) quick=1 ;;
@@ -262,6 +265,19 @@ if [ "$gpu" != none ] && [ "$quick" = 0 ] && listed throughput; then
     compile "after=$logs/compile.go" >"$logs/compile.out" 2>"$logs/compile.log" &
   compile_job=$!
   trap 'kill ${publisher:-} $compile_job 2>/dev/null' EXIT
+fi
+
+# --- bf16 on this machine's CPU (issue 37: the CPU machines have no bf16 products; a GPU machine's
+# CPU may): tools/bench/cpu_bf16.sh on its last 2 cores, beside the GPU steps, its rows added last.
+cpu_bf16_job=
+if listed cpu-bf16; then
+  cores=
+  [ "$(nproc)" -ge 8 ] && cores=$(( $(nproc) - 2 )),$(( $(nproc) - 1 ))
+  if [ "$quick" = 1 ]; then cpu_bf16_args=(8 1); else cpu_bf16_args=(40 2); fi
+  CORES=$cores PYTHON="$PYTHON" timeout -k 5 "$(left)" tools/bench/cpu_bf16.sh "$build" "$logs/cpu-bf16" \
+    "${cpu_bf16_args[@]}" >"$logs/cpu-bf16.txt" 2>&1 &
+  cpu_bf16_job=$!
+  trap 'kill ${publisher:-} ${compile_job:-} $cpu_bf16_job 2>/dev/null' EXIT
 fi
 
 # --- tests
@@ -519,6 +535,16 @@ if [ "$prebuilt" = 1 ] && [ "$gpu" != none ] && listed tests && [ "$(left)" -gt 
   rc=$?
   arrived=$(grep -m1 -o "rank 0's update 2 ended after [0-9.]* s" "$logs/late-test.log")
   note "test ${late_test//\*/}" "${arrived:-no error line}; the test $([ "$rc" = 0 ] && echo passed || echo "ended with $rc") after $(( $(date +%s) - start )) s (late-test.log)"
+fi
+
+# --- the CPU's bf16 rows (started after the build)
+if [ -n "$cpu_bf16_job" ]; then
+  wait "$cpu_bf16_job"
+  rc=$?
+  while IFS='|' read -r step result; do
+    note "CPU bf16: $step" "$result"
+  done <"$logs/cpu-bf16/cpu-bf16.rows"
+  [ "$rc" = 0 ] || note "CPU bf16" "ended with $rc$([ "$rc" = 124 ] && echo ' (LIMIT_S)') (cpu-bf16.txt)"
 fi
 
 # --- the table (record.md, for docs/benchmarks/gpu.md, is already written)

@@ -7,7 +7,9 @@
 #include <sched.h>
 #include <sys/mman.h>
 #include <unistd.h>
+#include <mutex>
 
+#include <thread>
 #include <vector>
 
 #include <algorithm>
@@ -171,6 +173,17 @@ int configure_cpu_threads(int requested, int local_processes) {
   int threads = requested > 0 ? requested : std::max(1, available_cores() / std::max(1, local_processes));
   at::set_num_threads(threads);
   return threads;
+}
+
+int parallel_for_threads() {
+  std::mutex mutex;
+  std::vector<std::thread::id> seen;
+  at::parallel_for(0, at::get_num_threads(), 1, [&](int64_t, int64_t) {
+    std::lock_guard<std::mutex> lock(mutex);
+    if (std::find(seen.begin(), seen.end(), std::this_thread::get_id()) == seen.end())
+      seen.push_back(std::this_thread::get_id());
+  });
+  return static_cast<int>(seen.size());
 }
 
 BlasProbe probe_blas() {

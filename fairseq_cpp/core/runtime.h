@@ -93,6 +93,12 @@ bool cpu_has_bf16_products();
 // (at least 1). Returns the number set.
 int configure_cpu_threads(int requested, int local_processes);
 
+// The threads that an at::parallel_for in this library's own code runs on: at::get_num_threads()
+// when the library is compiled with OpenMP, as CMakeLists.txt does, and 1 without (LibTorch's
+// OpenMP backend is a header template, compiled into the caller: without -fopenmp it runs the whole
+// range on the calling thread).
+int parallel_for_threads();
+
 struct BlasProbe {
   double gflops = 0;    // measured fp32 GEMM speed, best of five 384^3 multiplies
   std::string library;  // the libblas.so.3 this process loaded (real path), empty if none

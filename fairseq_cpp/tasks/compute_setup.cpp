@@ -30,6 +30,9 @@ int setup_compute(const config::Config& cfg) {
     settings += fmt::format(", {}={}", name, set ? set : "unset");
   }
   log::info("runtime", "{} intra-op CPU threads{}; {}", threads, settings, core::allocator_description());
+  if (const int used = core::parallel_for_threads(); used != threads)
+    log::warning("runtime", "this build's own CPU kernels run on {} of the {} intra-op threads (built without OpenMP)",
+                 used, threads);
   core::warn_if_slow_blas();
   return threads;
 }

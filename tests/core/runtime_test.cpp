@@ -23,6 +23,17 @@ TEST(Runtime, ExplicitThreadsAreSet) {
   EXPECT_EQ(at::get_num_threads(), 3);
 }
 
+// The library's own at::parallel_for (its kernels, dropout, log-softmax, attention) uses every
+// intra-op thread: compiled without OpenMP it ran each range on the calling thread alone.
+TEST(Runtime, OurParallelForRunsOnEveryIntraOpThread) {
+  const int before = at::get_num_threads();
+  for (int threads : {1, 2, 3}) {
+    at::set_num_threads(threads);
+    EXPECT_EQ(parallel_for_threads(), threads);
+  }
+  at::set_num_threads(before);
+}
+
 TEST(Runtime, DefaultThreadsShareTheCoresAmongLocalProcesses) {
   int cores = available_cores();
   EXPECT_EQ(configure_cpu_threads(0, 1), cores);

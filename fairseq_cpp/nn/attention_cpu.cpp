@@ -49,6 +49,16 @@ void gemm(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, float alp
   blas_sgemm()(&tb, &ta, &in, &im, &ik, &alpha, b, &ildb, a, &ilda, &beta, c, &ildc, 1, 1);
 }
 
+// The grain of a parallel_for over a call's (batch, head) pairs: the pairs on the intra-op threads
+// when each head's products are small enough for BLAS to run on the calling thread (OpenBLAS
+// threads a GEMM from 2^18 multiply-adds), else one after another on this thread, each product on
+// BLAS's own threads as before the library had OpenMP (BLAS threads started inside each intra-op
+// thread would oversubscribe the cores).
+int64_t heads_grain(int64_t pairs, int64_t tq, int64_t tk, int64_t dim) {
+  constexpr int64_t kBlasThreadsFrom = int64_t{1} << 18;
+  return tq * tk * dim >= kBlasThreadsFrom ? std::max<int64_t>(pairs, 1) : 1;
+}
+
 // A (B, H, T, D) operand as per-head matrices: element (b, h, t, d) at b*sb + h*sh + t*st + d.
 struct Heads {
   float* data;
@@ -162,7 +172,8 @@ void attend(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v, const
   const uint8_t* keep_all = keep.defined() ? keep.data_ptr<uint8_t>() : nullptr;
   const RowKernel one_row = row_kernel(tq, dim, keep_all != nullptr);
   TORCH_CHECK(!by_position || one_row != nullptr, "cpu_attention: keys by position need the row kernel");
-  at::parallel_for(0, batch * heads, 1, [&](int64_t first, int64_t last) {
+  const int64_t grain = one_row != nullptr ? 1 : heads_grain(batch * heads, tq, tk, dim);
+  at::parallel_for(0, batch * heads, grain, [&](int64_t first, int64_t last) {
     std::vector<float> dropped(keep_all ? tq * tk : 0);
     for (int64_t i = first; i < last; ++i) {
       const int64_t b = i / heads, h = i % heads;
@@ -220,7 +231,7 @@ struct CpuAttention : public torch::autograd::Function<CpuAttention> {
     Heads qh(q), kh(k), vh(v), gh(grad_out), dqh(dq), dkh(dk), dvh(dv);
     const float* p_all = probs.data_ptr<float>();
     const uint8_t* keep_all = keep.defined() ? keep.data_ptr<uint8_t>() : nullptr;
-    at::parallel_for(0, batch * heads, 1, [&](int64_t first, int64_t last) {
+    at::parallel_for(0, batch * heads, heads_grain(batch * heads, tq, tk, dim), [&](int64_t first, int64_t last) {
       std::vector<float> dp(tq * tk);
       std::vector<float> dropped(keep_all ? tq * tk : 0);
       for (int64_t i = first; i < last; ++i) {

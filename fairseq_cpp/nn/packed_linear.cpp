@@ -280,7 +280,7 @@ at::Tensor multiply(const at::Tensor& x, const PackedWeights::Packed& packed, co
   const bool wide = core::cpu_has_avx512f();
   const Kernel* kernels = wide ? kKernels : kKernelsAvx2;
   const int64_t rows_per_call = wide ? kRows : kRowsAvx2;
-  // Intra-op threads share the panels when each gets at least ~50 MFLOP (a hand-over costs tens of us).
+  // Intra-op threads share the panels of a product of more than ~50 MFLOP (a hand-over costs tens of us).
   const int64_t grain = std::max<int64_t>(1, 50'000'000 / std::max<int64_t>(1, 2 * m * k * kPanel));
   at::parallel_for(0, panels.size(0), grain, [&](int64_t begin, int64_t end) {
     for (int64_t p = begin; p < end; ++p) {

@@ -102,7 +102,7 @@ done
 if [ ! -f "$logs/imported.pt" ] && ! "$PYTHON" "$root/tools/fairseq-import" "$fixture/checkpoint_best.pt" "$logs/imported.pt" \
   >"$logs/import.log" 2>&1; then
   row "generation" "the fixture checkpoint's import failed (import.log)"
-  exit 0
+  exit 1
 fi
 bleu_of() {  # GENERATE-OUTPUT: sacreBLEU of its H- lines against its T- lines
   local name=${1%.txt} kind

@@ -4,11 +4,13 @@
 // on the same inputs, for the products one decoding step of the fixture's model makes (d 256, FFN
 // 1024, 8,000 words) and of transformer-base (d 512, FFN 2048), at 640 rows (beam 5 x 128
 // sentences) and at 64. Prints GFLOP/s (the median of RUNS timings of ITERS products each), the
-// ratios, and the largest difference from BLAS's values (float32 rounding).
+// ratios, and the largest difference from BLAS's values (float32 rounding). BLAS runs on its own
+// threads (OpenBLAS: all cores, or OPENBLAS_NUM_THREADS), whatever --threads says.
 //
 //   OMP_WAIT_POLICY=PASSIVE build/tools/bench/fsq_bench_linear [--threads 2] [--runs 5] [--iters 20]
 #include <algorithm>
 #include <chrono>
+#include <cmath>
 #include <cstdio>
 #include <string>
 #include <vector>

@@ -234,6 +234,7 @@ wait_up() {
     for pidfile in "$dir/slurmctld.pid" "$dir"/slurmd*.pid; do
       # A daemon writes its pid file after it has forked: one not there yet is not a dead one.
       if [ -f "$pidfile" ] && ! kill -0 "$(cat "$pidfile")" 2>/dev/null; then
+        port_taken && return 3  # (it died of that during the sinfo above)
         echo "local-cluster: a daemon stopped ($pidfile)" >&2
         return 1
       fi
@@ -267,4 +268,5 @@ done
 echo "local-cluster: the cluster did not come up; logs in $dir" >&2
 query sinfo -N >&2 || true
 tail -n 20 "$dir"/slurmctld.log "$dir"/slurmd*.log >&2 || true
+stop  # no daemon left behind
 exit 1

@@ -7,9 +7,6 @@
 #include <sched.h>
 #include <sys/mman.h>
 #include <unistd.h>
-#include <mutex>
-
-#include <thread>
 #include <vector>
 
 #include <algorithm>
@@ -176,14 +173,11 @@ int configure_cpu_threads(int requested, int local_processes) {
 }
 
 int parallel_for_threads() {
-  std::mutex mutex;
-  std::vector<std::thread::id> seen;
-  at::parallel_for(0, at::get_num_threads(), 1, [&](int64_t, int64_t) {
-    std::lock_guard<std::mutex> lock(mutex);
-    if (std::find(seen.begin(), seen.end(), std::this_thread::get_id()) == seen.end())
-      seen.push_back(std::this_thread::get_id());
-  });
-  return static_cast<int>(seen.size());
+  // A range of one element per thread: each thread of the region takes one call, and a region
+  // compiled without OpenMP is one call for the whole range.
+  std::atomic<int> calls{0};
+  at::parallel_for(0, at::get_num_threads(), 1, [&](int64_t, int64_t) { ++calls; });
+  return calls.load();
 }
 
 BlasProbe probe_blas() {

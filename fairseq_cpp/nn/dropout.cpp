@@ -1,6 +1,7 @@
 #include "fairseq_cpp/nn/dropout.h"
 
 #include <cstdint>
+#include <cstring>
 #include <mutex>
 
 #include <ATen/CPUGeneratorImpl.h>
@@ -46,13 +47,40 @@ at::Tensor draw_mask(at::IntArrayRef sizes, double p, uint64_t seed) {
   return mask;
 }
 
-// x * keep * scale in one pass; x and keep contiguous, float32.
+// float to bfloat16, rounded to nearest even as c10::BFloat16 does (NaN stays a quiet NaN), in a
+// form the compiler vectorizes.
+inline uint16_t round_to_bf16(float f) {
+  uint32_t bits;
+  std::memcpy(&bits, &f, sizeof bits);
+  const uint32_t rounded = (bits + 0x7FFFU + ((bits >> 16) & 1U)) >> 16;
+  return f != f ? uint16_t{0x7FC0} : static_cast<uint16_t>(rounded);
+}
+
+inline float widen_bf16(uint16_t h) {
+  const uint32_t bits = static_cast<uint32_t>(h) << 16;
+  float f;
+  std::memcpy(&f, &bits, sizeof f);
+  return f;
+}
+
+// x * keep * scale in one pass, in float32 arithmetic; x and keep contiguous, x float32 or bf16
+// (rounded once, from the float32 product).
 at::Tensor apply_mask(const at::Tensor& x, const at::Tensor& keep, float scale) {
   at::Tensor out = at::empty_like(x, at::MemoryFormat::Contiguous);
-  const float* in = x.data_ptr<float>();
   const uint8_t* k = keep.data_ptr<uint8_t>();
+  constexpr int64_t kGrain = 16384;
+  if (x.scalar_type() == at::kBFloat16) {
+    const auto* in = reinterpret_cast<const uint16_t*>(x.data_ptr<at::BFloat16>());
+    auto* o = reinterpret_cast<uint16_t*>(out.data_ptr<at::BFloat16>());
+    at::parallel_for(0, x.numel(), kGrain, [&](int64_t first, int64_t last) {
+      for (int64_t i = first; i < last; ++i)
+        o[i] = round_to_bf16(widen_bf16(in[i]) * (static_cast<float>(k[i]) * scale));
+    });
+    return out;
+  }
+  const float* in = x.data_ptr<float>();
   float* o = out.data_ptr<float>();
-  at::parallel_for(0, x.numel(), 16384, [&](int64_t first, int64_t last) {
+  at::parallel_for(0, x.numel(), kGrain, [&](int64_t first, int64_t last) {
     for (int64_t i = first; i < last; ++i) o[i] = in[i] * (static_cast<float>(k[i]) * scale);  // vectorizes
   });
   return out;
@@ -82,7 +110,8 @@ at::Tensor dropout_keep_mask(at::IntArrayRef sizes, double p) { return draw_mask
 
 at::Tensor dropout(const at::Tensor& x, double p, bool training) {
   if (!training || p == 0.0 || x.numel() == 0) return x;
-  if (!x.is_cpu() || x.scalar_type() != at::kFloat || p >= 1.0) return torch::dropout(x, p, training);
+  const bool ours = x.scalar_type() == at::kFloat || x.scalar_type() == at::kBFloat16;
+  if (!x.is_cpu() || !ours || p >= 1.0) return torch::dropout(x, p, training);
   return MaskedDropout::apply(x, p);
 }
 

@@ -3,6 +3,7 @@
 #include <ATen/autocast_mode.h>
 
 #include "fairseq_cpp/core/autocast_state.h"
+#include "fairseq_cpp/core/runtime.h"
 
 namespace fairseq_cpp::optim {
 
@@ -45,10 +46,14 @@ AutocastScope::~AutocastScope() {
 }
 
 c10::ScalarType loss_matmul_dtype(Precision precision, c10::DeviceType device) {
-  if (device != c10::DeviceType::CUDA) return c10::ScalarType::Float;
+  return loss_matmul_dtype(precision, device, device == c10::DeviceType::CPU && core::cpu_has_bf16_products());
+}
+
+c10::ScalarType loss_matmul_dtype(Precision precision, c10::DeviceType device, bool cpu_bf16_products) {
+  const bool bf16_products = device == c10::DeviceType::CUDA || (device == c10::DeviceType::CPU && cpu_bf16_products);
   // fp16 keeps float32: the loss's gradient A = p - onehot, unscaled (the loss scale multiplies it
   // only in backward), is mostly below fp16's normal range at a 32k vocabulary.
-  return precision == Precision::kBFloat16 ? c10::ScalarType::BFloat16 : c10::ScalarType::Float;
+  return precision == Precision::kBFloat16 && bf16_products ? c10::ScalarType::BFloat16 : c10::ScalarType::Float;
 }
 
 }  // namespace fairseq_cpp::optim

@@ -38,10 +38,15 @@ std::string precision_name(Precision precision);
 std::optional<c10::ScalarType> autocast_dtype(Precision precision, c10::DeviceType device);
 
 // The precision of the output projection's products in the loss (Criterion's matmul_dtype): bf16
-// on CUDA in bf16 (on the tensor cores, as fairseq's half-precision output layer); float32 for
-// fp16 (the loss's unscaled gradient would fall below fp16's normal range), for fp32, and on the
-// CPU, where bf16 products are as slow as float32's or slower without AVX512_BF16 or AMX.
+// in bf16 on CUDA (on the tensor cores, as fairseq's half-precision output layer) and on a CPU
+// that multiplies bf16 in hardware (AVX512_BF16 or AMX: core::cpu_has_bf16_products()), where
+// the projection is about a quarter of a Multi30k update's products and float32 would run it at
+// SGEMM's rate, several times slower; float32 for fp16 (the loss's unscaled gradient would fall
+// below fp16's normal range), for fp32, and on other CPUs, whose bf16 products are widened to
+// float32 anyway (nn/widened_bf16.h).
 c10::ScalarType loss_matmul_dtype(Precision precision, c10::DeviceType device);
+// The same for a CPU that has bf16 products or not.
+c10::ScalarType loss_matmul_dtype(Precision precision, c10::DeviceType device, bool cpu_bf16_products);
 
 // Autocast on `device` for the scope's lifetime (nothing for kFloat32, nor for kFloat16 on the CPU,
 // where LibTorch 1.13 has no float16 autocast); restores the previous

@@ -5,7 +5,9 @@
 #include <functional>
 #include <type_traits>
 #include <unordered_set>
+#include <vector>
 
+#include <ATen/Parallel.h>
 #include <torch/csrc/autograd/variable.h>
 #include "fairseq_cpp/core/torch.h"
 
@@ -452,9 +454,40 @@ int64_t held_bytes(const std::vector<at::Tensor>& tensors) {
 
 namespace {
 
-// The float64 sum of a float32 vector's squares (a one-element tensor on its device), a few million
-// elements at a time: no float64 copy of the whole vector, and no host sync before the caller's.
+// The float64 sum of the squares of n contiguous float32 values, in one pass: each float64 square
+// is exact, eight lanes per block of 2^16 elements, the blocks' sums added in order, so the sum is
+// the same on any number of threads. (ATen's float64 copy, square and sum: three passes, 30 ms of
+// a Multi30k update on 2 cores.)
+double cpu_sum_of_squares(const float* x, int64_t n) {
+  constexpr int64_t kBlock = int64_t{1} << 16;
+  constexpr int kLanes = 8;
+  std::vector<double> partial(static_cast<size_t>((n + kBlock - 1) / kBlock));
+  at::parallel_for(0, static_cast<int64_t>(partial.size()), 1, [&](int64_t first, int64_t last) {
+    for (int64_t block = first; block < last; ++block) {
+      const float* v = x + block * kBlock;
+      const int64_t len = std::min(kBlock, n - block * kBlock);
+      double lanes[kLanes] = {};
+      int64_t i = 0;
+      for (; i + kLanes <= len; i += kLanes) {
+        for (int j = 0; j < kLanes; ++j) lanes[j] += static_cast<double>(v[i + j]) * static_cast<double>(v[i + j]);
+      }
+      for (; i < len; ++i) lanes[i % kLanes] += static_cast<double>(v[i]) * static_cast<double>(v[i]);
+      partial[static_cast<size_t>(block)] =
+          ((lanes[0] + lanes[1]) + (lanes[2] + lanes[3])) + ((lanes[4] + lanes[5]) + (lanes[6] + lanes[7]));
+    }
+  });
+  double sum = 0;
+  for (double p : partial) sum += p;
+  return sum;
+}
+
+// The float64 sum of a float32 vector's squares (a one-element tensor on its device): on the CPU
+// in one pass; elsewhere a few million elements at a time, with no float64 copy of the whole
+// vector and no host sync before the caller's.
 at::Tensor sum_of_squares(const at::Tensor& v) {
+  if (v.is_cpu() && v.scalar_type() == at::kFloat && v.is_contiguous()) {
+    return at::full({1}, cpu_sum_of_squares(v.data_ptr<float>(), v.numel()), v.options().dtype(at::kDouble));
+  }
   constexpr int64_t kChunk = int64_t{1} << 22;
   at::Tensor sum = at::zeros({1}, v.options().dtype(at::kDouble));
   for (int64_t begin = 0; begin < v.numel(); begin += kChunk)

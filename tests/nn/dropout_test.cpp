@@ -7,6 +7,7 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <limits>
 
 #include <ATen/Parallel.h>
 #include "tests/support/torch.h"
@@ -84,6 +85,33 @@ TEST(Dropout, NonContiguousInputGivesTheContiguousCopysMask) {
   at::Tensor from_view = nn::dropout(t, 0.2, true);
   torch::manual_seed(3);
   EXPECT_TRUE(torch::equal(from_view, nn::dropout(t.contiguous(), 0.2, true)));
+}
+
+// bf16 on the CPU: the float32 input's mask for the same seed, the product taken in float32 and
+// rounded once to bf16 (LibTorch's own rounding is the reference), in forward and backward.
+TEST(Dropout, Bf16IsTheFloat32ProductRoundedOnceWithTheSameMask) {
+  torch::manual_seed(4);
+  at::Tensor x = (torch::randn({3, 4099}) * 3).to(torch::kBFloat16);
+  x.view(-1)[5] = std::numeric_limits<float>::quiet_NaN();
+  x.view(-1)[6] = std::numeric_limits<float>::infinity();
+  torch::manual_seed(9);
+  const at::Tensor scale = nn::dropout_keep_mask(x.sizes(), 0.1).to(torch::kFloat) * static_cast<float>(1 / 0.9);
+  const at::Tensor expected = (x.to(torch::kFloat) * scale).to(torch::kBFloat16);
+  torch::manual_seed(9);
+  EXPECT_TRUE(torch::equal(nn::dropout(x.to(torch::kFloat), 0.1, true).to(torch::kBFloat16).isnan(), expected.isnan()));
+  torch::manual_seed(9);
+  at::Tensor leaf = x.clone().requires_grad_(true);
+  at::Tensor y = nn::dropout(leaf, 0.1, true);
+  ASSERT_EQ(y.scalar_type(), torch::kBFloat16);
+  const at::Tensor nan = expected.isnan();
+  EXPECT_TRUE(torch::equal(y.isnan(), nan));
+  EXPECT_TRUE(torch::equal(y.masked_fill(nan, 0), expected.masked_fill(nan, 0)));
+  EXPECT_GT(scale.eq(0).sum().item<int64_t>(), 1000);  // about a tenth of 12,297 dropped
+  // The scale 1 / 0.9 is 1.109375 in bf16: scaling in bf16 gives other values.
+  EXPECT_FALSE(torch::equal(y.masked_fill(nan, 0), (x * (1 / 0.9)).masked_fill(scale.eq(0).logical_or(nan), 0)));
+  const at::Tensor g = (torch::rand({3, 4099}) + 0.5).to(torch::kBFloat16);
+  y.backward(g);
+  EXPECT_TRUE(torch::equal(leaf.grad(), (g.to(torch::kFloat) * scale).to(torch::kBFloat16)));
 }
 
 INSTANTIATE_TEST_SUITE_P(Devices, Dropout, ::testing::ValuesIn(testing::test_devices()), testing::device_name);

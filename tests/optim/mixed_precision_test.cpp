@@ -1,6 +1,7 @@
 // Autocast scopes on each device (what runs in bfloat16 or float16 inside, and that the state is
 // restored after), and fp16's dynamic loss scaler against fairseq's rules (scalars: no device).
 #include "fairseq_cpp/optim/mixed_precision.h"
+#include "fairseq_cpp/core/runtime.h"
 
 #include "fairseq_cpp/core/errors.h"
 #include "fairseq_cpp/core/torch_compat.h"
@@ -126,12 +127,19 @@ TEST_P(Autocast, GradientsOfFloat32WeightsStayFloat32) {
 INSTANTIATE_TEST_SUITE_P(Devices, Autocast, ::testing::ValuesIn(testing::test_devices()), testing::device_name);
 
 // The loss's output projection: bf16 products only on CUDA in bf16; fp16 and the CPU keep float32.
-TEST(LossMatmulDtype, Bf16OnCudaOnly) {
-  EXPECT_EQ(loss_matmul_dtype(Precision::kBFloat16, c10::DeviceType::CUDA), c10::ScalarType::BFloat16);
-  EXPECT_EQ(loss_matmul_dtype(Precision::kFloat16, c10::DeviceType::CUDA), c10::ScalarType::Float);
-  EXPECT_EQ(loss_matmul_dtype(Precision::kFloat32, c10::DeviceType::CUDA), c10::ScalarType::Float);
-  for (Precision p : {Precision::kBFloat16, Precision::kFloat16, Precision::kFloat32})
-    EXPECT_EQ(loss_matmul_dtype(p, c10::DeviceType::CPU), c10::ScalarType::Float);
+TEST(LossMatmulDtype, Bf16OnCudaAndOnCpusWithBf16Products) {
+  for (bool cpu_bf16 : {false, true}) {
+    EXPECT_EQ(loss_matmul_dtype(Precision::kBFloat16, c10::DeviceType::CUDA, cpu_bf16), c10::ScalarType::BFloat16);
+    EXPECT_EQ(loss_matmul_dtype(Precision::kFloat16, c10::DeviceType::CUDA, cpu_bf16), c10::ScalarType::Float);
+    EXPECT_EQ(loss_matmul_dtype(Precision::kFloat32, c10::DeviceType::CUDA, cpu_bf16), c10::ScalarType::Float);
+    EXPECT_EQ(loss_matmul_dtype(Precision::kBFloat16, c10::DeviceType::CPU, cpu_bf16),
+              cpu_bf16 ? c10::ScalarType::BFloat16 : c10::ScalarType::Float);
+    for (Precision p : {Precision::kFloat16, Precision::kFloat32})
+      EXPECT_EQ(loss_matmul_dtype(p, c10::DeviceType::CPU, cpu_bf16), c10::ScalarType::Float);
+  }
+  // This machine's answer follows its CPU.
+  EXPECT_EQ(loss_matmul_dtype(Precision::kBFloat16, c10::DeviceType::CPU),
+            core::cpu_has_bf16_products() ? c10::ScalarType::BFloat16 : c10::ScalarType::Float);
 }
 
 }  // namespace

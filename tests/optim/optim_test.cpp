@@ -432,6 +432,28 @@ TEST(ClipGradNorm, ALongBufferSumsItsSquaresInFloat64ChunkByChunk) {
   EXPECT_GT(std::abs(v.norm().item<double>() - expected), 1e-12 * expected) << "float32's own norm";
 }
 
+// The CPU's one-pass sum: squares of small integers sum exactly (so any order gives the same
+// float64), a length with a partial block and a partial lane, and the same bits on 1 and 3 threads.
+TEST(ClipGradNorm, TheCpuSumIsExactWhereItCanBeAndTheSameOnAnyNumberOfThreads) {
+  const int64_t n = (int64_t{1} << 16) * 3 + 13;
+  const at::Tensor ints = torch::arange(n, torch::kFloat32).remainder(1000) - 500;  // squares up to 250,000
+  const double exact = ints.to(torch::kFloat64).pow(2).sum().item<double>();
+  EXPECT_EQ(clip_grad_norm(ints, 0.0), std::sqrt(exact));
+  torch::manual_seed(6);
+  const at::Tensor v = torch::randn({n}) * 1e3;
+  const int threads = at::get_num_threads();
+  at::set_num_threads(1);
+  const double one = clip_grad_norm(v, 0.0);
+  at::set_num_threads(3);
+  const double three = clip_grad_norm(v, 0.0);
+  at::set_num_threads(threads);
+  EXPECT_EQ(one, three);
+  const double expected = std::sqrt(v.to(torch::kFloat64).pow(2).sum().item<double>());
+  EXPECT_NEAR(one, expected, 1e-12 * expected);
+  // A strided view takes the general path: the same norm up to the order of additions.
+  EXPECT_NEAR(clip_grad_norm(torch::stack({v, v}, 1).select(1, 0), 0.0), expected, 1e-12 * expected);
+}
+
 INSTANTIATE_TEST_SUITE_P(Devices, FlatOptimizer, ::testing::ValuesIn(testing::test_devices()), testing::device_name);
 
 }  // namespace

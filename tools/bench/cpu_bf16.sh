@@ -5,7 +5,8 @@
 #      whole-process seconds and words/s over updates 6.. (the warm-up left out), the ratio being
 #      the median of the pairs' ratios;
 #   2. one update of the same model at 4,096 target tokens (fsq_bench_train_step, median of 5)
-#      against a 2048^3 matrix product in the same precision: the share of the GEMM-bound ceiling;
+#      against a 2048^3 matrix product in the same precision: the share of the GEMM-bound ceiling,
+#      and with LibTorch 2.x the profile of 2 more (LOGDIR/profile-PRECISION.txt);
 #   3. generation with the fixture checkpoint (test, 1,000 sentences, beam 5, batch 128) in float32,
 #      --bf16 and --quantize int8: sentences/s and sacreBLEU against the references.
 # On a CPU with bf16 products (AVX512_BF16 or AMX-BF16) bf16 runs on them; elsewhere training
@@ -88,13 +89,19 @@ if [ ${#ratios[@]} -gt 0 ]; then
     "fp32 $(printf '%s\n' "${fp32_s[@]}" | median) s ($(printf '%s\n' "${fp32_wps[@]}" | median) words/s), bf16 $(printf '%s\n' "${bf16_s[@]}" | median) s ($(printf '%s\n' "${bf16_wps[@]}" | median) words/s): bf16 $(printf '%s\n' "${ratios[@]}" | median)x fp32's speed, whole process (median of ${#ratios[@]} pair(s))"
 fi
 
-# --- 2. one update against the GEMM-bound ceiling
+# --- 2. one update against the GEMM-bound ceiling, and where its time goes (LibTorch 2.x's
+# profiler, 2 more steps; a LibTorch 1.13 build has none and runs without)
 for precision in fp32 bf16; do
-  out=$("${pin[@]}" "$build/tools/bench/fsq_bench_train_step" --arch multi30k --max-tokens 4096 --len 32 --iters 5 \
-    --warmup 2 --threads 2 --cpu 1 --bf16 "$([ $precision = bf16 ] && echo 1 || echo 0)" 2>"$logs/step-$precision.log")
+  step=("${pin[@]}" "$build/tools/bench/fsq_bench_train_step" --arch multi30k --max-tokens 4096 --len 32 --iters 5
+    --warmup 2 --threads 2 --cpu 1 --bf16 "$([ $precision = bf16 ] && echo 1 || echo 0)")
+  out=$("${step[@]}" --profile "$logs/profile-$precision.txt" 2>"$logs/step-$precision.log") ||
+    { grep -q 'needs LibTorch 2.x' "$logs/step-$precision.log" && out=$("${step[@]}" 2>"$logs/step-$precision.log"); } ||
+    true
   echo "$out" >>"$logs/step-$precision.log"
   step_ms=$(awk '$2 == "'$precision'" {print $5; exit}' <<<"$out")
-  share=$(grep -o 'GEMM .*' <<<"$out")
+  share=$(grep -m1 -o '^GEMM .*' <<<"$out")
+  profile=$(grep -m1 -o '^profile: .*' <<<"$out")
+  share="${share:+$share${profile:+; $profile (profile-$precision.txt)}}"
   row "one update, 4,096 tokens, $precision" "${step_ms:+$step_ms ms; }${share:-failed (step-$precision.log)}"
 done
 

@@ -107,8 +107,9 @@ TEST(Dropout, Bf16IsTheFloat32ProductRoundedOnceWithTheSameMask) {
   EXPECT_TRUE(torch::equal(y.isnan(), nan));
   EXPECT_TRUE(torch::equal(y.masked_fill(nan, 0), expected.masked_fill(nan, 0)));
   EXPECT_GT(scale.eq(0).sum().item<int64_t>(), 1000);  // about a tenth of 12,297 dropped
-  // The scale 1 / 0.9 is 1.109375 in bf16: scaling in bf16 gives other values.
-  EXPECT_FALSE(torch::equal(y.masked_fill(nan, 0), (x * (1 / 0.9)).masked_fill(scale.eq(0).logical_or(nan), 0)));
+  // LibTorch's bf16 dropout scales by a bf16 tensor: 1 / 0.9 rounded to 1.109375, other values.
+  const at::Tensor bf16_scale = torch::full({}, 1 / 0.9, torch::kBFloat16);
+  EXPECT_FALSE(torch::equal(y.masked_fill(nan, 0), (x * bf16_scale).masked_fill(scale.eq(0).logical_or(nan), 0)));
   const at::Tensor g = (torch::rand({3, 4099}) + 0.5).to(torch::kBFloat16);
   y.backward(g);
   EXPECT_TRUE(torch::equal(leaf.grad(), (g.to(torch::kFloat) * scale).to(torch::kBFloat16)));

@@ -36,7 +36,6 @@ TEST_P(AttentionReference, EqualsPytorchsMultiHeadAttentionForward) {
        {Case{"self_causal", 2, 5, 5, 16, 4, true, false}, Case{"cross_padded", 3, 4, 7, 12, 3, false, true},
         Case{"self_both", 2, 6, 6, 8, 2, true, true}}) {
     MultiheadAttention mha(MultiheadAttentionOptions{c.dim, c.heads, 0.0});
-    mha->eval();
     at::Tensor query = torch::randn({c.batch, c.tgt, c.dim});
     at::Tensor key = c.causal ? query : torch::randn({c.batch, c.src, c.dim});
     at::Tensor pad = torch::empty({0}, torch::kBool);
@@ -47,19 +46,25 @@ TEST_P(AttentionReference, EqualsPytorchsMultiHeadAttentionForward) {
     at::Tensor mask = c.causal ? causal_mask(c.tgt, torch::kCPU) : torch::empty({0}, torch::kBool);
     // Inputs and weights drawn on the CPU above; the forward pass on the device.
     mha->to(device());
-    at::Tensor out = mha->forward(query.to(device()), key.to(device()), pad.numel() ? pad.to(device()) : at::Tensor(),
-                                  mask.numel() ? mask.to(device()) : at::Tensor())
-                         .to(torch::kCPU);
-    auto put = [&](const std::string& k, const at::Tensor& t) {
-      cases.insert(c.name + "." + k, t.to(torch::kCPU).contiguous());
-    };
-    put("query", query);
-    put("key", key);
-    put("heads", torch::tensor({c.heads}));
-    put("key_padding_mask", pad);
-    put("attn_mask", mask);
-    for (const auto& p : mha->named_parameters()) put(p.key(), p.value());
-    put("out", out);
+    // Evaluation (a product per projection) and training without dropout (the projections of one
+    // input as one product): two cases of the same inputs and weights.
+    for (const bool training : {false, true}) {
+      mha->train(training);
+      at::Tensor out = mha->forward(query.to(device()), key.to(device()), pad.numel() ? pad.to(device()) : at::Tensor(),
+                                    mask.numel() ? mask.to(device()) : at::Tensor())
+                           .to(torch::kCPU);
+      const std::string name = c.name + (training ? "_training" : "");
+      auto put = [&](const std::string& k, const at::Tensor& t) {
+        cases.insert(name + "." + k, t.to(torch::kCPU).contiguous());
+      };
+      put("query", query);
+      put("key", key);
+      put("heads", torch::tensor({c.heads}));
+      put("key_padding_mask", pad);
+      put("attn_mask", mask);
+      for (const auto& p : mha->named_parameters()) put(p.key(), p.value());
+      put("out", out);
+    }
   }
   testing::TempDir dir;
   const std::string path = dir.path() + "/cases.pt";
@@ -74,7 +79,43 @@ TEST_P(AttentionReference, EqualsPytorchsMultiHeadAttentionForward) {
     EXPECT_LT(diff, tolerance()) << name;
     ++seen;
   }
-  EXPECT_EQ(seen, 3) << r.out;
+  EXPECT_EQ(seen, 6) << r.out;
+}
+
+// Training multiplies the projections of one input as one product: its gradients (inputs and every
+// weight and bias) are those of a product per projection (evaluation mode, the path checked
+// against PyTorch above), up to the order of float32 sums; self-attention and cross-attention.
+TEST_P(AttentionReference, TrainingsJointProjectionsHaveThePerProjectionGradients) {
+  torch::manual_seed(8);
+  for (const bool self : {true, false}) {
+    MultiheadAttention mha(MultiheadAttentionOptions{16, 4, 0.0});
+    mha->to(device());
+    const at::Tensor query = torch::randn({3, 5, 16}).to(device());
+    const at::Tensor key = self ? query : torch::randn({3, 7, 16}).to(device());
+    const at::Tensor weight = torch::randn({3, 5, 16}).to(device());
+    std::vector<std::vector<at::Tensor>> grads(2);
+    std::vector<std::string> names{"query"};
+    if (!self) names.emplace_back("key");
+    for (const auto& p : mha->named_parameters()) names.push_back(p.key());
+    for (const bool training : {false, true}) {
+      mha->train(training);
+      mha->zero_grad();
+      const at::Tensor q = query.detach().requires_grad_(true);
+      const at::Tensor k = self ? q : key.detach().requires_grad_(true);
+      (mha->forward(q, k, at::Tensor(), self ? causal_mask(5, device()) : at::Tensor()) * weight).sum().backward();
+      grads[training].push_back(q.grad().clone());
+      if (!self) grads[training].push_back(k.grad().clone());
+      for (const auto& p : mha->named_parameters()) grads[training].push_back(p.value().grad().clone());
+    }
+    ASSERT_EQ(grads[0].size(), names.size());
+    ASSERT_EQ(grads[1].size(), names.size());
+    for (size_t i = 0; i < names.size(); ++i) {
+      // The keys' bias adds the same q.b to each score of a row, which softmax takes away.
+      if (names[i] != "k_proj.bias") EXPECT_GT(grads[0][i].abs().max().item<double>(), 0.01) << names[i];
+      EXPECT_LT((grads[0][i] - grads[1][i]).abs().max().item<double>(), 10 * tolerance())
+          << (self ? "self: " : "cross: ") << names[i];
+    }
+  }
 }
 
 INSTANTIATE_TEST_SUITE_P(Devices, AttentionReference, ::testing::ValuesIn(testing::test_devices()),

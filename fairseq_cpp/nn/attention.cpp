@@ -292,27 +292,12 @@ at::Tensor MultiheadAttentionImpl::split_heads(const at::Tensor& x) const {
   return x.view({x.size(0), x.size(1), options_.num_heads, head_dim_}).transpose(1, 2);
 }
 
-// In every forward pass of a training step, with or without gradients (a checkpointed layer's
-// first pass runs without), so that a replay computes what the first pass did.
-std::vector<at::Tensor> MultiheadAttentionImpl::joint_projections(const at::Tensor& query, const at::Tensor& key_value,
-                                                                  bool self) const {
-  std::vector<at::Tensor> out =
-      self ? scoped_joint_linear(query, {q_proj_->weight, k_proj_->weight, v_proj_->weight},
-                                 {q_proj_->bias, k_proj_->bias, v_proj_->bias})
-                 .chunk(3, -1)
-           : scoped_joint_linear(key_value, {k_proj_->weight, v_proj_->weight}, {k_proj_->bias, v_proj_->bias})
-                 .chunk(2, -1);
-  for (at::Tensor& t : out) t = split_heads(t);
-  return out;
-}
-
 at::Tensor MultiheadAttentionImpl::forward(const at::Tensor& query, const at::Tensor& key_value,
                                            const at::Tensor& key_padding_mask, const at::Tensor& attn_mask,
                                            AttentionCache* cache, bool static_kv, at::Tensor* head_mean) {
   const int64_t batch = query.size(0);
   const int64_t tgt_len = query.size(1);
-  const bool joint_qkv = cache == nullptr && is_training() && query.is_same(key_value);
-  at::Tensor q = joint_qkv ? at::Tensor() : split_heads(scoped_linear(query, q_proj_->weight, q_proj_->bias));
+  at::Tensor q = split_heads(scoped_linear(query, q_proj_->weight, q_proj_->bias));
   at::Tensor k;
   at::Tensor v;
   at::Tensor kv_rows;  // query row b reads key/value row kv_rows[b]; undefined = b
@@ -327,11 +312,6 @@ at::Tensor MultiheadAttentionImpl::forward(const at::Tensor& query, const at::Te
     }
     k = cache->key;
     v = cache->value;
-  } else if (cache == nullptr && is_training()) {
-    const std::vector<at::Tensor> heads = joint_projections(query, key_value, joint_qkv);
-    if (joint_qkv) q = heads[0];
-    k = heads[heads.size() - 2];
-    v = heads.back();
   } else {
     k = split_heads(scoped_linear(key_value, k_proj_->weight, k_proj_->bias));
     v = split_heads(scoped_linear(key_value, v_proj_->weight, v_proj_->bias));

@@ -1,11 +1,9 @@
 #pragma once
 // Multi-head attention as fairseq's MultiheadAttention: separate q/k/v/out projections (state-dict
 // keys `q_proj.weight`, ...), padding and causal masks, and a per-layer key/value cache for
-// incremental decoding. Tensors are batch-first: (B, T, C). Training multiplies the projections
-// of one input as one product (q, k and v of self-attention; k and v of cross-attention).
+// incremental decoding. Tensors are batch-first: (B, T, C).
 
 #include <memory>
-#include <vector>
 
 #include <ATen/Tensor.h>
 #include <torch/nn/module.h>
@@ -136,9 +134,6 @@ class MultiheadAttentionImpl : public torch::nn::Module {
  private:
   // (B, T, C) -> (B, H, T, C / H)
   at::Tensor split_heads(const at::Tensor& x) const;
-  // Training's projections, split into heads: {q, k, v} of `query` (self-attention) or {k, v} of
-  // `key_value`, each as one product (scoped_joint_linear).
-  std::vector<at::Tensor> joint_projections(const at::Tensor& query, const at::Tensor& key_value, bool self) const;
 
   MultiheadAttentionOptions options_;
   int64_t head_dim_;

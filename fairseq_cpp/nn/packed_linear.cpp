@@ -337,18 +337,4 @@ at::Tensor scoped_linear(const at::Tensor& x, const at::Tensor& weight, const at
   return at::linear(x, weight, bias);
 }
 
-at::Tensor scoped_joint_linear(const at::Tensor& x, at::TensorList weights, at::TensorList biases) {
-  TORCH_CHECK(weights.size() == biases.size() && !weights.empty(), "scoped_joint_linear: one bias per weight");
-  std::vector<at::Tensor> w, b;
-  for (size_t i = 0; i < weights.size(); ++i) {
-    at::Tensor copy = low_precision_copy(weights[i]);  // as scoped_linear: the bias's copy with its weight's
-    at::Tensor bias_copy = copy.defined() && biases[i].defined() ? low_precision_copy(biases[i]) : at::Tensor();
-    w.push_back(copy.defined() ? copy : weights[i]);
-    if (biases[i].defined()) b.push_back(bias_copy.defined() ? bias_copy : biases[i]);
-  }
-  TORCH_CHECK(b.empty() || b.size() == w.size(), "scoped_joint_linear: some biases are undefined");
-  const at::Tensor weight = at::cat(w), bias = b.empty() ? at::Tensor() : at::cat(b);
-  return widens_bf16_products(x) ? widened_bf16_linear(x, weight, bias) : at::linear(x, weight, bias);
-}
-
 }  // namespace fairseq_cpp::nn

@@ -40,14 +40,6 @@ bool packed_linear_supported();
 // packed kernel inside a PackedLinearScope (see above).
 at::Tensor scoped_linear(const at::Tensor& x, const at::Tensor& weight, const at::Tensor& bias = at::Tensor());
 
-// The linear layers {weights[i], biases[i]} that read the same input x, as one product:
-// x @ cat(weights)^T + cat(biases), their outputs side by side in the last dimension. For training
-// (attention's q, k and v): each weight is what nn::scoped_linear would multiply (its bf16 copy,
-// or itself under autocast), so its gradient goes where scoped_linear's would; autocast casts x
-// once instead of once per layer, and the gradient of x comes from one product. Biases are all
-// defined or all undefined.
-at::Tensor scoped_joint_linear(const at::Tensor& x, at::TensorList weights, at::TensorList biases);
-
 // The packed path itself, whatever the scope (requires packed_linear_supported(), float32 CPU
 // tensors); packs the weight on first use and again after it changes.
 at::Tensor packed_linear(const at::Tensor& x, const at::Tensor& weight, const at::Tensor& bias = at::Tensor());

@@ -40,10 +40,13 @@ std::optional<c10::ScalarType> autocast_dtype(Precision precision, c10::DeviceTy
 // The precision of the output projection's products in the loss (Criterion's matmul_dtype): bf16
 // in bf16 on CUDA (on the tensor cores, as fairseq's half-precision output layer) and on a CPU
 // that multiplies bf16 in hardware (AVX512_BF16 or AMX: core::cpu_has_bf16_products()), where
-// the projection is about a quarter of a Multi30k update's products and float32 would run it at
-// SGEMM's rate, several times slower; float32 for fp16 (the loss's unscaled gradient would fall
-// below fp16's normal range), for fp32, and on other CPUs, whose bf16 products are widened to
-// float32 anyway (nn/widened_bf16.h).
+// the projection is about a quarter of a Multi30k update's products and float32 runs it at
+// SGEMM's rate (on an AVX512_BF16 EPYC, 0.119 TFLOP/s against bf16's 0.786: the GEMM ceiling
+// of docs/benchmarks/cpu.md; the bf16 loss itself has not yet run on such a CPU); float32 for
+// fp16 (the loss's unscaled gradient would fall below fp16's normal range), for fp32, and on
+// other CPUs, whose bf16 products are widened to float32 anyway (nn/widened_bf16.h). The CPU's
+// choice follows the hardware, not nn::set_bf16_widening (tests and benchmarks force the linear
+// layers' widening).
 c10::ScalarType loss_matmul_dtype(Precision precision, c10::DeviceType device);
 // The same for a CPU that has bf16 products or not.
 c10::ScalarType loss_matmul_dtype(Precision precision, c10::DeviceType device, bool cpu_bf16_products);

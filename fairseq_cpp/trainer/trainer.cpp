@@ -255,7 +255,8 @@ bool Trainer::backward_micro_batch(const data::Batch& batch, optim::Precision pr
       decoded = model_->forward_features(to_device(batch.src_tokens), to_device(batch.src_lengths),
                                          to_device(batch.prev_output_tokens));
     }
-    // The loss: the output projection in the forward's precision on CUDA (float32 on the CPU),
+    // The loss: the output projection in the forward's precision on CUDA and on CPUs with bf16
+    // products (float32 on other CPUs: optim::loss_matmul_dtype),
     // the log-softmax in float32, as fairseq's .float() before it. Its sums are read after
     // backward, so that the host never waits for the device between forward and backward.
     criterions::LossOutput out = criterion_.pending(decoded.features, decoded.output_weight, batch.target,

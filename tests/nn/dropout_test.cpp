@@ -90,29 +90,39 @@ TEST(Dropout, NonContiguousInputGivesTheContiguousCopysMask) {
 // bf16 on the CPU: the float32 input's mask for the same seed, the product taken in float32 and
 // rounded once to bf16 (LibTorch's own rounding is the reference), in forward and backward.
 TEST(Dropout, Bf16IsTheFloat32ProductRoundedOnceWithTheSameMask) {
-  torch::manual_seed(4);
-  at::Tensor x = (torch::randn({3, 4099}) * 3).to(torch::kBFloat16);
-  x.view(-1)[5] = std::numeric_limits<float>::quiet_NaN();
-  x.view(-1)[6] = std::numeric_limits<float>::infinity();
-  torch::manual_seed(9);
-  const at::Tensor scale = nn::dropout_keep_mask(x.sizes(), 0.1).to(torch::kFloat) * static_cast<float>(1 / 0.9);
-  const at::Tensor expected = (x.to(torch::kFloat) * scale).to(torch::kBFloat16);
-  torch::manual_seed(9);
-  EXPECT_TRUE(torch::equal(nn::dropout(x.to(torch::kFloat), 0.1, true).to(torch::kBFloat16).isnan(), expected.isnan()));
-  torch::manual_seed(9);
-  at::Tensor leaf = x.clone().requires_grad_(true);
-  at::Tensor y = nn::dropout(leaf, 0.1, true);
-  ASSERT_EQ(y.scalar_type(), torch::kBFloat16);
-  const at::Tensor nan = expected.isnan();
-  EXPECT_TRUE(torch::equal(y.isnan(), nan));
-  EXPECT_TRUE(torch::equal(y.masked_fill(nan, 0), expected.masked_fill(nan, 0)));
-  EXPECT_GT(scale.eq(0).sum().item<int64_t>(), 1000);  // about a tenth of 12,297 dropped
-  // LibTorch's bf16 dropout scales by a bf16 tensor: 1 / 0.9 rounded to 1.109375, other values.
-  const at::Tensor bf16_scale = torch::full({}, 1 / 0.9, torch::kBFloat16);
-  EXPECT_FALSE(torch::equal(y.masked_fill(nan, 0), (x * bf16_scale).masked_fill(scale.eq(0).logical_or(nan), 0)));
-  const at::Tensor g = (torch::rand({3, 4099}) + 0.5).to(torch::kBFloat16);
-  y.backward(g);
-  EXPECT_TRUE(torch::equal(leaf.grad(), (g.to(torch::kFloat) * scale).to(torch::kBFloat16)));
+  // p = 1/257 scales by 257/256: the float32 products of bf16 values are exact, and many lie
+  // half-way between two bf16 values (ties to even); bf16's largest value rounds up to infinity.
+  for (const double p : {0.1, 1.0 / 257}) {
+    torch::manual_seed(4);
+    at::Tensor x = (torch::randn({3, 4099}) * 3).to(torch::kBFloat16);
+    x.view(-1)[5] = std::numeric_limits<float>::quiet_NaN();
+    x.view(-1)[6] = std::numeric_limits<float>::infinity();
+    x.view(-1)[7] = std::numeric_limits<c10::BFloat16>::max();
+    torch::manual_seed(9);
+    const auto s = static_cast<float>(1 / (1 - p));
+    const at::Tensor scale = nn::dropout_keep_mask(x.sizes(), p).to(torch::kFloat) * s;
+    const at::Tensor expected = (x.to(torch::kFloat) * scale).to(torch::kBFloat16);
+    const at::Tensor nan = expected.isnan();
+    torch::manual_seed(9);
+    const at::Tensor from_float32 = nn::dropout(x.to(torch::kFloat), p, true).to(torch::kBFloat16);
+    EXPECT_TRUE(torch::equal(from_float32.masked_fill(nan, 0), expected.masked_fill(nan, 0))) << p;
+    torch::manual_seed(9);
+    at::Tensor leaf = x.clone().requires_grad_(true);
+    at::Tensor y = nn::dropout(leaf, p, true);
+    ASSERT_EQ(y.scalar_type(), torch::kBFloat16);
+    EXPECT_TRUE(torch::equal(y.isnan(), nan)) << p;
+    EXPECT_TRUE(torch::equal(y.masked_fill(nan, 0), expected.masked_fill(nan, 0))) << p;
+    EXPECT_GT(scale.eq(0).sum().item<int64_t>(), p > 0.05 ? 1000 : 10) << p;  // about p of 12,297 dropped
+    if (scale.view(-1)[7].item<float>() != 0) EXPECT_TRUE(std::isinf(y.view(-1)[7].item<float>())) << p;
+    // LibTorch's bf16 dropout scales by a bf16 tensor: 1 / 0.9 rounded to 1.109375, other values.
+    if (p > 0.05) {
+      const at::Tensor bf16_scale = torch::full({}, 1 / (1 - p), torch::kBFloat16);
+      EXPECT_FALSE(torch::equal(y.masked_fill(nan, 0), (x * bf16_scale).masked_fill(scale.eq(0).logical_or(nan), 0)));
+    }
+    const at::Tensor g = (torch::rand({3, 4099}) + 0.5).to(torch::kBFloat16);
+    y.backward(g);
+    EXPECT_TRUE(torch::equal(leaf.grad(), (g.to(torch::kFloat) * scale).to(torch::kBFloat16))) << p;
+  }
 }
 
 INSTANTIATE_TEST_SUITE_P(Devices, Dropout, ::testing::ValuesIn(testing::test_devices()), testing::device_name);

@@ -421,8 +421,9 @@ TEST_P(FlatOptimizer, ClipGradNormOverTheFlatBufferEqualsThePerParameterNorm) {
       torch::allclose(params[0].grad().to(torch::kCPU), copies[0].to(torch::kCPU) * (1.0 / (norm + 1e-6)), 1e-6, 1e-7));
 }
 
-// A buffer longer than one chunk of the float64 sum (2^22 elements): the norm is the float64
-// reference's, and the float32 norm of the same buffer is further from it than that.
+// A buffer of more than 2^23 elements (on the CPU the one-pass sum's 128 blocks, on other
+// devices two chunks and a part): the norm is the float64 reference's, and the float32 norm of
+// the same buffer is further from it than that.
 TEST(ClipGradNorm, ALongBufferSumsItsSquaresInFloat64ChunkByChunk) {
   torch::manual_seed(5);
   const at::Tensor v = torch::randn({(int64_t{1} << 22) * 2 + 12345});

@@ -94,14 +94,21 @@ fi
 for precision in fp32 bf16; do
   step=("${pin[@]}" "$build/tools/bench/fsq_bench_train_step" --arch multi30k --max-tokens 4096 --len 32 --iters 5
     --warmup 2 --threads 2 --cpu 1 --bf16 "$([ $precision = bf16 ] && echo 1 || echo 0)")
-  out=$("${step[@]}" --profile "$logs/profile-$precision.txt" 2>"$logs/step-$precision.log") ||
-    { grep -q 'needs LibTorch 2.x' "$logs/step-$precision.log" && out=$("${step[@]}" 2>"$logs/step-$precision.log"); } ||
-    true
+  rm -f "$logs/profile-$precision.txt"
+  profile=""
+  if ! out=$("${step[@]}" --profile "$logs/profile-$precision.txt" 2>"$logs/step-$precision.log"); then
+    if grep -q 'needs LibTorch 2.x' "$logs/step-$precision.log"; then
+      out=$("${step[@]}" 2>"$logs/step-$precision.log") || out=""
+    else
+      profile="profile failed (step-$precision.log)"
+    fi
+  fi
   echo "$out" >>"$logs/step-$precision.log"
   step_ms=$(awk '$2 == "'$precision'" {print $5; exit}' <<<"$out")
   share=$(grep -m1 -o '^GEMM .*' <<<"$out")
-  profile=$(grep -m1 -o '^profile: .*' <<<"$out")
-  share="${share:+$share${profile:+; $profile (profile-$precision.txt)}}"
+  [ -n "$profile" ] || profile=$(grep -m1 -o '^profile: .*' <<<"$out")
+  [ -s "$logs/profile-$precision.txt" ] && profile="$profile (profile-$precision.txt)"
+  share="${share:+$share${profile:+; $profile}}"
   row "one update, 4,096 tokens, $precision" "${step_ms:+$step_ms ms; }${share:-failed (step-$precision.log)}"
 done
 

@@ -113,7 +113,9 @@ TEST(Dropout, Bf16IsTheFloat32ProductRoundedOnceWithTheSameMask) {
     EXPECT_TRUE(torch::equal(y.isnan(), nan)) << p;
     EXPECT_TRUE(torch::equal(y.masked_fill(nan, 0), expected.masked_fill(nan, 0))) << p;
     EXPECT_GT(scale.eq(0).sum().item<int64_t>(), p > 0.05 ? 1000 : 10) << p;  // about p of 12,297 dropped
-    if (scale.view(-1)[7].item<float>() != 0) EXPECT_TRUE(std::isinf(y.view(-1)[7].item<float>())) << p;
+    if (scale.view(-1)[7].item<float>() != 0) {
+      EXPECT_TRUE(std::isinf(y.view(-1)[7].item<float>())) << p;
+    }
     // LibTorch's bf16 dropout scales by a bf16 tensor: 1 / 0.9 rounded to 1.109375, other values.
     if (p > 0.05) {
       const at::Tensor bf16_scale = torch::full({}, 1 / (1 - p), torch::kBFloat16);

@@ -13,6 +13,7 @@
 #include "fairseq_cpp/core/torch.h"
 
 #include "fairseq_cpp/core/runtime.h"
+#include "fairseq_cpp/nn/bf16_gemm.h"
 #include "fairseq_cpp/nn/low_precision_copies.h"
 #include "fairseq_cpp/nn/quantized_linear.h"
 #include "fairseq_cpp/nn/widened_bf16.h"
@@ -65,7 +66,7 @@ struct Entry {
         sizes(weight.sizes().vec()),
         strides(weight.strides().vec()) {
     c10::InferenceMode inference;
-    packed = pack(weight.detach());
+    packed = weight.scalar_type() == at::kBFloat16 ? bf16_pack_b(weight.detach().t()).panels : pack(weight.detach());
   }
   bool holds(const at::Tensor& weight) const {
     if (frozen) return !owner.expired();
@@ -309,6 +310,19 @@ at::Tensor packed_linear(const at::Tensor& x, const at::Tensor& weight, const at
   return multiply(x, packed_weights().get(weight), bias);
 }
 
+namespace {
+
+// x (..., K) @ a bf16 weight (N, K)^T + bias by the AVX512_BF16 kernel, the weight packed once.
+at::Tensor bf16_packed_linear(const at::Tensor& x, const at::Tensor& weight, const at::Tensor& bias) {
+  const PackedWeights::Packed packed = packed_weights().get(weight);
+  std::vector<int64_t> out_shape(x.sizes().begin(), x.sizes().end());
+  out_shape.back() = packed.n;
+  return bf16_matmul(x.reshape({-1, packed.k}), Bf16PackedB{packed.panels, packed.k, packed.n}, at::kBFloat16, bias)
+      .view(out_shape);
+}
+
+}  // namespace
+
 at::Tensor scoped_linear(const at::Tensor& x, const at::Tensor& weight, const at::Tensor& bias) {
   if (at::Tensor copy = low_precision_copy(weight); copy.defined()) {  // training in bf16: the update's copies
     at::Tensor bias_copy = low_precision_copy(bias);
@@ -328,6 +342,11 @@ at::Tensor scoped_linear(const at::Tensor& x, const at::Tensor& weight, const at
       x.scalar_type() == at::kFloat && weight.scalar_type() == at::kFloat && !weight.is_inference() &&
       (!bias.defined() || bias.scalar_type() == at::kFloat)) {
     return packed_linear(x, weight, bias);
+  }
+  if (scope_enabled && !needs_grad && x.device().is_cpu() && weight.device().is_cpu() &&
+      x.scalar_type() == at::kBFloat16 && weight.scalar_type() == at::kBFloat16 && weight.dim() == 2 &&
+      !weight.is_inference() && bf16_gemm_supported()) {
+    return bf16_packed_linear(x, weight, bias);  // --bf16 generation on a CPU with AVX512_BF16
   }
   // ATen's linear, not the C++ frontend's (which adds the bias in place after a 3-D matmul: outside
   // autocast, so a bf16 product took a float32 bias through a mixed-type broadcast kernel, 10% of

@@ -12,6 +12,8 @@
 //   nn::PackedLinearScope packed;        // this thread's inference may use packed weights
 //   at::Tensor y = nn::scoped_linear(x, layer->weight, layer->bias);
 //
+// Inside a scope, a bf16 weight and input on a CPU with AVX512_BF16 (--bf16 generation) take the
+// bf16 kernel of nn/bf16_gemm.h, the weight packed once in the same way.
 // Outside a scope, for tensors that need gradients, off CPU, not float32, or on a CPU without
 // AVX-512F or AVX2 with FMA, nn::scoped_linear is ATen's linear (at::linear). A weight registered by
 // nn::use_int8_weight (quantized_linear.h) runs int8 whenever no gradient is needed, inside a

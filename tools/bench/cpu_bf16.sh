@@ -15,7 +15,7 @@
 #
 #   tools/bench/cpu_bf16.sh BUILD_DIR LOGDIR [UPDATES] [PAIRS]     (default 40 updates, 2 pairs)
 # Environment: CORES (a taskset list, e.g. 14,15: every process pinned there), PYTHON (a Python with
-# torch, for the fixture's import; default: .venv/bin/python, else python3), FSQ_SHARED (the fixture).
+# torch, for the fixture's import; default: .venv/bin/python, else a python3 with torch), FSQ_SHARED (the fixture).
 # Prints a table; LOGDIR/cpu-bf16.rows gets one "step|result" line per row (for run.sh's record).
 set -uo pipefail
 root=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
@@ -29,7 +29,13 @@ pairs=${4:-2}
 fixture="${FSQ_SHARED:-$root/../shared}/fixtures/fairseq-v0.9"
 [ -d "$fixture/data-bin" ] || { echo "cpu_bf16.sh: no fixture data-bin at $fixture" >&2; exit 2; }
 if [ -z "${PYTHON:-}" ]; then
-  if [ -x "$root/.venv/bin/python" ]; then PYTHON=$root/.venv/bin/python; else PYTHON=$(command -v python3); fi
+  if [ -x "$root/.venv/bin/python" ]; then
+    PYTHON=$root/.venv/bin/python
+  elif ! python3 -c 'import torch' 2>/dev/null && [ -x /usr/bin/python3 ]; then
+    PYTHON=/usr/bin/python3  # Debian's, with python3-torch (tools/setup.sh), where python3 is another
+  else
+    PYTHON=$(command -v python3)
+  fi
 fi
 mkdir -p "$logs"
 logs=$(cd "$logs" && pwd)

@@ -1,0 +1,150 @@
+// bf16 products on AVX512_BF16 (nn/bf16_gemm.h): float32 sums of the exact products against float64
+// sums of the same bf16 operands, over shapes that cover the tile's and the panel's edges and the
+// operands' layouts; the bf16 output against the float32 one rounded once; the bias; specials.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <limits>
+
+#include "tests/support/torch.h"
+
+#include "fairseq_cpp/nn/bf16_gemm.h"
+#include "fairseq_cpp/nn/packed_linear.h"
+
+namespace fairseq_cpp::nn {
+namespace {
+
+#define FSQ_REQUIRE_BF16_GEMM() \
+  if (!bf16_gemm_supported()) GTEST_SKIP() << "this CPU has no AVX512_BF16 (the kernel is not used here)"
+
+// bf16 values away from the subnormal range (the kernel counts bf16 subnormals as zero).
+at::Tensor operand(at::IntArrayRef sizes) { return at::randn(sizes).to(at::kBFloat16); }
+
+// ours (float32) against float64 sums of the same products: a float32 sum of K terms in any order
+// is within K * 2^-24 * sum |a_k b_k| of the exact one.
+void expect_float32_sums(const at::Tensor& a, const at::Tensor& b, const char* what) {
+  const at::Tensor ours = bf16_matmul(a, b, at::kFloat).to(at::kDouble);
+  const at::Tensor a64 = a.to(at::kDouble), b64 = b.to(at::kDouble);
+  const at::Tensor exact = a64.mm(b64);
+  const at::Tensor bound = a64.abs().mm(b64.abs()) * (static_cast<double>(a.size(1)) * std::ldexp(1.0, -24)) + 1e-30;
+  ASSERT_EQ(ours.sizes(), exact.sizes()) << what;
+  EXPECT_LE(((ours - exact).abs() - bound).max().item<double>(), 0.0) << what;
+  // and they are float32 sums, not bf16 ones: far closer than a bf16 step where K is large
+  if (a.size(1) >= 64) {
+    EXPECT_LT((ours - exact).abs().max().item<double>(), std::ldexp(1.0, -12) * exact.abs().max().item<double>())
+        << what;
+  }
+}
+
+TEST(Bf16Gemm, Float32SumsOfTheExactProductsOverTheTilesAndPanelsEdges) {
+  FSQ_REQUIRE_BF16_GEMM();
+  at::manual_seed(3);
+  for (int64_t m : {1, 5, 12, 13, 37}) {
+    for (int64_t k : {1, 2, 3, 7, 64, 255, 1024}) {
+      for (int64_t n : {1, 15, 16, 17, 32, 33, 100}) {
+        const std::string what = "M " + std::to_string(m) + " K " + std::to_string(k) + " N " + std::to_string(n);
+        const at::Tensor a = operand({m, k}), b = operand({k, n});
+        expect_float32_sums(a, b, (what + ", contiguous").c_str());
+        expect_float32_sums(operand({k, m}).t(), operand({n, k}).t(), (what + ", both transposed").c_str());
+      }
+    }
+  }
+}
+
+TEST(Bf16Gemm, ReadsRowsInPlaceOrPackedAlike) {
+  FSQ_REQUIRE_BF16_GEMM();
+  at::manual_seed(4);
+  const at::Tensor wide = operand({50, 300}), b = operand({256, 70});
+  const at::Tensor in_place = wide.narrow(1, 10, 256);  // rows 300 apart: read where they are
+  const at::Tensor odd = wide.narrow(1, 11, 256);       // starting at an odd element: packed
+  const at::Tensor copy = in_place.contiguous();
+  const at::Tensor reference = bf16_matmul(copy, b, at::kFloat);
+  EXPECT_TRUE(at::equal(bf16_matmul(in_place, b, at::kFloat), reference));
+  expect_float32_sums(odd, b, "an odd start");
+  expect_float32_sums(wide.narrow(1, 0, 255), operand({255, 70}), "odd K");
+  expect_float32_sums(wide.t().narrow(0, 0, 40), operand({50, 33}), "A transposed");
+}
+
+TEST(Bf16Gemm, TheBf16OutputIsTheFloat32OneRoundedOnceToNearestEven) {
+  FSQ_REQUIRE_BF16_GEMM();
+  at::manual_seed(5);
+  at::Tensor a = operand({29, 96}), b = operand({96, 45});
+  a.index_put_({3, 4}, std::numeric_limits<float>::quiet_NaN());
+  a.index_put_({7, 0}, std::numeric_limits<float>::infinity());
+  b.index_put_({5, 40}, -std::numeric_limits<float>::infinity());
+  const at::Tensor bias = at::randn({45});
+  for (const at::Tensor& bias_in : {bias, bias.to(at::kBFloat16)}) {
+    const at::Tensor f32 = bf16_matmul(a, b, at::kFloat, bias_in);
+    const at::Tensor b16 = bf16_matmul(a, b, at::kBFloat16, bias_in);
+    ASSERT_EQ(b16.scalar_type(), at::kBFloat16);
+    // bit for bit where not NaN (LibTorch's own rounding, to nearest even), NaN where NaN (LibTorch
+    // writes 0x7FC0 or 0xFFFF, by path; ours 0x7FC0)
+    const at::Tensor nan = f32.isnan();
+    EXPECT_TRUE(at::equal(b16.isnan(), nan));
+    EXPECT_TRUE(at::equal(b16.view(at::kShort).masked_select(~nan),
+                          f32.to(at::kBFloat16).view(at::kShort).masked_select(~nan)));
+    EXPECT_TRUE((b16.view(at::kShort).masked_select(nan) == 0x7FC0).all().item<bool>());
+    // the bias is added in float32, before the rounding
+    EXPECT_TRUE(at::allclose(f32, bf16_matmul(a, b, at::kFloat) + bias_in.to(at::kFloat), 0, 0, /*equal_nan=*/true))
+        << "bias";
+    EXPECT_TRUE(f32[3].isnan().all().item<bool>());
+    EXPECT_TRUE(f32.isnan().sum().item<int64_t>() >= 45);
+  }
+  // ties: sums that are exact in float32 and halfway between two bf16 values round to the even one
+  const at::Tensor one = at::ones({1, 2}, at::kBFloat16);
+  const at::Tensor tie = at::tensor({1.0F, 1.0F / 256}).to(at::kBFloat16).view({2, 1});  // 1 + 2^-8
+  EXPECT_EQ(bf16_matmul(one, tie, at::kBFloat16).item<float>(), 1.0F);
+  const at::Tensor tie_up = at::tensor({1.0F + 1.0F / 128, 1.0F / 256}).to(at::kBFloat16).view({2, 1});
+  EXPECT_EQ(bf16_matmul(one, tie_up, at::kBFloat16).item<float>(), 1.0F + 2.0F / 128);
+  // bf16's largest value and more rounds to infinity
+  const at::Tensor big = at::tensor({3.38e38F, 3.38e38F}).to(at::kBFloat16).view({2, 1});
+  EXPECT_TRUE(std::isinf(bf16_matmul(one, big, at::kBFloat16).item<float>()));
+}
+
+TEST(Bf16Gemm, EmptySumsAndEmptyShapes) {
+  FSQ_REQUIRE_BF16_GEMM();
+  const at::Tensor bias = at::randn({6});
+  EXPECT_TRUE(at::equal(bf16_matmul(operand({4, 0}), operand({0, 6}), at::kFloat), at::zeros({4, 6})));
+  EXPECT_TRUE(at::equal(bf16_matmul(operand({4, 0}), operand({0, 6}), at::kFloat, bias), bias.expand({4, 6})));
+  EXPECT_EQ(bf16_matmul(operand({0, 5}), operand({5, 6}), at::kBFloat16).sizes(), (std::vector<int64_t>{0, 6}));
+  EXPECT_THROW(bf16_matmul(operand({4, 5}), operand({6, 6}), at::kFloat), c10::Error);
+  EXPECT_THROW(bf16_matmul(at::randn({4, 5}), operand({5, 6}), at::kFloat), c10::Error);
+  EXPECT_THROW(bf16_matmul(operand({4, 5}), operand({5, 6}), at::kHalf), c10::Error);
+}
+
+TEST(Bf16Gemm, PackedOnceForBf16InferenceInsideAPackedLinearScope) {
+  FSQ_REQUIRE_BF16_GEMM();
+  at::manual_seed(6);
+  const at::Tensor x = operand({3, 7, 48}), weight = operand({40, 48}), bias = operand({40});
+  torch::NoGradGuard no_grad;
+  const size_t before = packed_weight_count();
+  const at::Tensor aten = scoped_linear(x, weight, bias);  // outside a scope: ATen's
+  EXPECT_EQ(packed_weight_count(), before);
+  at::Tensor packed, again;
+  {
+    PackedLinearScope scope;
+    packed = scoped_linear(x, weight, bias);
+    EXPECT_EQ(packed_weight_count(), before + 1);
+    again = scoped_linear(x, weight, bias);
+    EXPECT_EQ(packed_weight_count(), before + 1);  // the same panels
+  }
+  ASSERT_EQ(packed.sizes(), aten.sizes());
+  ASSERT_EQ(packed.scalar_type(), at::kBFloat16);
+  EXPECT_TRUE(at::equal(packed, again));
+  // the kernel's product, bias added before the one rounding
+  EXPECT_TRUE(at::equal(packed.view({21, 40}), bf16_matmul(x.view({21, 48}), weight.t(), at::kBFloat16, bias)));
+  // within a bf16 step (and a float32 sum's error) of the float64 product of the same operands
+  const at::Tensor exact = at::linear(x.to(at::kDouble), weight.to(at::kDouble), bias.to(at::kDouble));
+  const at::Tensor err = (packed.to(at::kDouble) - exact).abs() - exact.abs() * std::ldexp(1.0, -8) - 1e-6;
+  EXPECT_LE(err.max().item<double>(), 0.0);
+  // a change of the weight packs it again
+  {
+    PackedLinearScope scope;
+    weight.mul_(2);
+    EXPECT_TRUE(at::equal(scoped_linear(x, weight, bias).view({21, 40}),
+                          bf16_matmul(x.view({21, 48}), weight.t(), at::kBFloat16, bias)));
+  }
+}
+
+}  // namespace
+}  // namespace fairseq_cpp::nn

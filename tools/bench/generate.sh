@@ -3,9 +3,9 @@
 # sentences, beam 5, batch 128, 2 threads) against fairseq-generate's figure from the fixture
 # README (42.26 sentences/s, 632.82 tokens/s on a quiet machine of this class), plus, run in the
 # same invocation, the same search one batch at a time on both intra-op threads (how fairseq and
-# fairseq-cpp before it searched) as a baseline; then ours (float32 and --quantize int8) against
-# CTranslate2 float32 and int8 on the same model, whole processes, with peak RSS and BLEU (the
-# second half below).
+# fairseq-cpp before it searched) as a baseline; then ours (float32 and --quantize int8, and --bf16
+# on a CPU with bf16 products) against CTranslate2 float32 and int8 on the same model, whole
+# processes, with peak RSS and BLEU (the second half below).
 #
 #   tools/bench/generate.sh [BUILD_DIR] [RUNS]        (default: build, 3 runs; prints medians)
 set -euo pipefail
@@ -69,15 +69,18 @@ engines=(ours ours-int8 ct2-float32 ct2-int8)
 # Our int8 kernel needs AVX-512 VNNI or AVX2 with FMA: without them, float32 only.
 grep -qwE 'avx512_vnni|avx2' /proc/cpuinfo && grep -qw fma /proc/cpuinfo ||
   { engines=(ours ct2-float32); echo "(neither AVX-512 VNNI nor AVX2 on this CPU: float32 only)"; }
+# --bf16 (issue 37) where the CPU multiplies bf16 in hardware (elsewhere the program refuses it).
+grep -qw -e avx512_bf16 -e amx_bf16 /proc/cpuinfo && engines+=(ours-bf16)
 run_engine() {  # ENGINE RUN: one whole process; its output in $tmp/ENGINE.RUN.{txt,log,time}
   local engine=$1 i=$2 out="$tmp/$1.$2"
   case "$engine" in
-    ours | ours-int8)
-      local quantize=none
-      [[ "$engine" == ours-int8 ]] && quantize=int8
+    ours | ours-int8 | ours-bf16)
+      local precision=(--quantize none)
+      [[ "$engine" == ours-int8 ]] && precision=(--quantize int8)
+      [[ "$engine" == ours-bf16 ]] && precision=(--bf16)
       /usr/bin/time -f '%e %M' -o "$out.time" "$build/fairseq-cpp-generate" "$fixture/data-bin" \
         --path "$tmp/imported.pt" --gen-subset test --beam 5 --batch-size 128 --remove-bpe sentencepiece \
-        --cpu-threads 2 --quantize "$quantize" >"$out.txt" 2>/dev/null
+        --cpu-threads 2 "${precision[@]}" >"$out.txt" 2>/dev/null
       grep '^| Translated' "$out.txt" >"$out.log" ;;
     ct2-*)
       # CTranslate2 with its own OpenMP settings (libgomp's spinning waits): on a quiet machine 1.6x
@@ -109,6 +112,7 @@ for engine in "${engines[@]}"; do
   case "$engine" in
     ours) name="fairseq-cpp-generate float32" ;;
     ours-int8) name="fairseq-cpp-generate --quantize int8" ;;
+    ours-bf16) name="fairseq-cpp-generate --bf16" ;;
     ct2-float32) name="CTranslate2 float32" ;;
     ct2-int8) name="CTranslate2 int8 (weights and GEMMs)" ;;
   esac
@@ -122,6 +126,12 @@ ratio() { echo "${whole_sps[$1]} / ${whole_sps[$2]}" | bc -l; }
 search_ratio() { echo "${search_sps[$1]} / ${search_sps[$2]}" | bc -l; }
 printf 'ours float32 / CTranslate2 float32: %.2fx whole process, %.2fx search only\n' "$(ratio ours ct2-float32)" \
   "$(search_ratio ours ct2-float32)"
+if [[ -n "${whole_sps[ours-bf16]:-}" ]]; then
+  printf 'ours bf16 / ours float32: %.2fx whole process, %.2fx search only\n' "$(ratio ours-bf16 ours)" \
+    "$(search_ratio ours-bf16 ours)"
+  [[ -n "${whole_sps[ours-int8]:-}" ]] && printf 'ours bf16 / ours int8: %.2fx whole process, %.2fx search only\n' \
+    "$(ratio ours-bf16 ours-int8)" "$(search_ratio ours-bf16 ours-int8)"
+fi
 [[ -n "${whole_sps[ours-int8]:-}" ]] || exit 0
 printf 'ours int8 / CTranslate2 int8: %.2fx whole process, %.2fx search only\n' "$(ratio ours-int8 ct2-int8)" \
   "$(search_ratio ours-int8 ct2-int8)"

@@ -20,7 +20,7 @@ namespace {
 using Bits = uint16_t;             // a bf16 value's bits
 constexpr int64_t kColumns = 32;   // columns of B per panel: two vectors of 16 float32 sums
 constexpr int kRows = 12;          // rows of A per tile: 24 accumulators of the 32 vector registers
-constexpr int64_t kRowBlock = 32;  // rows of A packed together (32 bf16: a cache line per row of the source)
+constexpr int64_t kRowBlock = 32;  // rows of A a thread packs at least, row by row
 
 // The pair (x(2q), x(2q + 1)) as one 32-bit word, the first in its low half; zero past `k`.
 inline uint32_t pair_of(const Bits* first, int64_t stride, int64_t q, int64_t k) {
@@ -47,27 +47,30 @@ void pack_b(const Bits* b, int64_t sk, int64_t sn, int64_t k, int64_t n, int64_t
   });
 }
 
-// A (M, K), element (i, k) at a[i * si + k * sk], as words (i, q) = (A(i, 2q), A(i, 2q + 1)), zero
-// past K: the word of (i, q) at out[i * row_stride + q * pair_stride]. Where A's rows are
-// contiguous, row by row (row_stride = pairs); else pair by pair (pair_stride = M), which reads
-// two of A's columns as two contiguous rows where A is a transposed matrix (the weight's gradient
-// g^T x): row by row, its writes 4 KiB apart would share the cache's sets.
+// Where the pair (A(i, 2q), A(i, 2q + 1)) of A's row i is, as 32 bits (its first value in the low
+// half): at a[i * row_stride + q * pair_stride], counted in bf16 values.
 struct PackedA {
   int64_t row_stride, pair_stride;
 };
+
+// A (M, K), element (i, k) at a[i * si + k * sk], as words (i, q) = (A(i, 2q), A(i, 2q + 1)), zero
+// past K, in `out`. Where A's rows are
+// contiguous, row by row (row_stride = pairs); else pair by pair (pair_stride = M), which reads
+// two of A's columns as two contiguous rows where A is a transposed matrix (the weight's gradient
+// g^T x): row by row, its writes 4 KiB apart would share the cache's sets.
 PackedA pack_a(const Bits* a, int64_t si, int64_t sk, int64_t m, int64_t k, int64_t pairs, uint32_t* out) {
   if (sk == 1) {
     at::parallel_for(0, m, kRowBlock, [&](int64_t begin, int64_t end) {
       for (int64_t i = begin; i < end; ++i)
         for (int64_t q = 0; q < pairs; ++q) out[i * pairs + q] = pair_of(a + i * si, sk, q, k);
     });
-    return {pairs, 1};
+    return {2 * pairs, 2};
   }
   at::parallel_for(0, pairs, 1, [&](int64_t begin, int64_t end) {
     for (int64_t q = begin; q < end; ++q)
       for (int64_t i = 0; i < m; ++i) out[q * m + i] = pair_of(a + i * si, sk, q, k);
   });
-  return {1, m};
+  return {2, 2 * m};
 }
 
 #ifdef FSQ_AVX512_KERNELS
@@ -113,10 +116,9 @@ FSQ_BF16_TARGET inline void store_row(__m512 v0, __m512 v1, const Output& out, i
   }
 }
 
-// R rows of A (the word of (r, q) at a[r * layout.row_stride + q * layout.pair_stride]) times one
-// panel of B.
+// R rows of A (their pairs where `layout` says) times one panel of B.
 template <int R>
-FSQ_BF16_TARGET void tile(const uint32_t* a, PackedA layout, const uint32_t* panel, int64_t pairs, const Output& out) {
+FSQ_BF16_TARGET void tile(const Bits* a, PackedA layout, const uint32_t* panel, int64_t pairs, const Output& out) {
   __m512 acc0[R], acc1[R];
 #pragma GCC unroll 12
   for (int r = 0; r < R; ++r) acc0[r] = acc1[r] = _mm512_setzero_ps();
@@ -136,7 +138,7 @@ FSQ_BF16_TARGET void tile(const uint32_t* a, PackedA layout, const uint32_t* pan
   for (int r = 0; r < R; ++r) store_row(acc0[r], acc1[r], out, r);
 }
 
-using TileKernel = void (*)(const uint32_t*, PackedA, const uint32_t*, int64_t, const Output&);
+using TileKernel = void (*)(const Bits*, PackedA, const uint32_t*, int64_t, const Output&);
 template <size_t... R>
 constexpr std::array<TileKernel, sizeof...(R)> tiles_of(std::index_sequence<R...>) {
   return {&tile<static_cast<int>(R) + 1>...};
@@ -190,18 +192,16 @@ at::Tensor bf16_matmul(const at::Tensor& a, const Bf16PackedB& b, c10::ScalarTyp
 #ifdef FSQ_AVX512_KERNELS
   const int64_t pairs = (k + 1) / 2, panels = (n + kColumns - 1) / kColumns;
   const auto* panels_of_b = reinterpret_cast<const uint32_t*>(b.panels.data_ptr<int32_t>());
-  // A's rows as they are where they hold whole pairs, else packed.
+  // A's rows as they are where they hold whole pairs (contiguous, K even), else packed.
   const auto* a_bits = reinterpret_cast<const Bits*>(a.data_ptr<at::BFloat16>());
-  const uint32_t* words = nullptr;
-  PackedA layout{a.stride(0) / 2, 1};
+  const Bits* words = a_bits;
+  PackedA layout{a.stride(0), 2};
   at::Tensor packed_a;
-  if (a.stride(1) == 1 && k % 2 == 0 && a.stride(0) % 2 == 0) {
-    words = reinterpret_cast<const uint32_t*>(a_bits);
-  } else {
+  if (a.stride(1) != 1 || k % 2 != 0) {
     packed_a = at::empty({m * pairs}, a.options().dtype(at::kInt));
     auto* packed = reinterpret_cast<uint32_t*>(packed_a.data_ptr<int32_t>());
     layout = pack_a(a_bits, a.stride(0), a.stride(1), m, k, pairs, packed);
-    words = packed;
+    words = reinterpret_cast<const Bits*>(packed);
   }
   const bool bf16_out = out_dtype == at::kBFloat16;
   char* c = static_cast<char*>(out.data_ptr());
@@ -216,10 +216,9 @@ at::Tensor bf16_matmul(const at::Tensor& a, const Bf16PackedB& b, c10::ScalarTyp
     kTiles[std::min<int64_t>(kRows, m - row) - 1](words + row * layout.row_stride, layout,
                                                   panels_of_b + p * pairs * kColumns, pairs, o);
   };
-  if (tiles < 4 * at::get_num_threads()) {  // few rows (a decoding step's last ones): the threads share the panels
-    at::parallel_for(0, panels, 1, [&](int64_t begin, int64_t end) {
-      for (int64_t p = begin; p < end; ++p)
-        for (int64_t t = 0; t < tiles; ++t) multiply(t, p);
+  if (tiles < 4 * at::get_num_threads()) {  // few rows (a decoding step's last ones): the threads share (tile, panel)s
+    at::parallel_for(0, tiles * panels, 1, [&](int64_t begin, int64_t end) {
+      for (int64_t i = begin; i < end; ++i) multiply(i % tiles, i / tiles);
     });
     return out;
   }

@@ -63,6 +63,7 @@ struct Entry {
       : owner(weight.getIntrusivePtr()),
         data(weight.data_ptr()),
         version(static_cast<int64_t>(weight._version())),
+        dtype(weight.scalar_type()),
         sizes(weight.sizes().vec()),
         strides(weight.strides().vec()) {
     c10::InferenceMode inference;
@@ -71,11 +72,13 @@ struct Entry {
   bool holds(const at::Tensor& weight) const {
     if (frozen) return !owner.expired();
     return !owner.expired() && data == weight.data_ptr() && version == static_cast<int64_t>(weight._version()) &&
-           weight.sizes() == c10::IntArrayRef(sizes) && weight.strides() == c10::IntArrayRef(strides);
+           dtype == weight.scalar_type() && weight.sizes() == c10::IntArrayRef(sizes) &&
+           weight.strides() == c10::IntArrayRef(strides);
   }
   c10::weak_intrusive_ptr<c10::TensorImpl, c10::UndefinedTensorImpl> owner;
   const void* data;
   int64_t version;
+  c10::ScalarType dtype;  // float32: float panels (pack); bf16: bf16_pack_b's
   std::vector<int64_t> sizes, strides;
   at::Tensor packed;
   bool frozen = false;  // pack_in_place: the tensor's own values are gone; the panels are the weight
@@ -315,6 +318,8 @@ namespace {
 // x (..., K) @ a bf16 weight (N, K)^T + bias by the AVX512_BF16 kernel, the weight packed once.
 at::Tensor bf16_packed_linear(const at::Tensor& x, const at::Tensor& weight, const at::Tensor& bias) {
   const PackedWeights::Packed packed = packed_weights().get(weight);
+  TORCH_CHECK(x.size(-1) == packed.k, "scoped_linear: the input's last dimension is ", x.size(-1), ", the weight's ",
+              packed.k);
   std::vector<int64_t> out_shape(x.sizes().begin(), x.sizes().end());
   out_shape.back() = packed.n;
   return bf16_matmul(x.reshape({-1, packed.k}), Bf16PackedB{packed.panels, packed.k, packed.n}, at::kBFloat16, bias)

@@ -51,17 +51,42 @@ TEST(Bf16Gemm, Float32SumsOfTheExactProductsOverTheTilesAndPanelsEdges) {
   }
 }
 
+TEST(Bf16Gemm, ManyRowsShareTheThreadsByTilesAndWideBInBlocksOfPanels) {
+  FSQ_REQUIRE_BF16_GEMM();
+  at::manual_seed(7);
+  // 130 rows: 11 tiles, more than 4 per thread on 2 threads (the tiles are shared); N 1,100 at K 256:
+  // B of 35 panels of 16 KiB, past half a MiB, taken in blocks of panels
+  const int threads = at::get_num_threads();
+  at::set_num_threads(2);
+  expect_float32_sums(operand({130, 256}), operand({256, 1100}), "blocks of panels");
+  expect_float32_sums(operand({130, 1023}), operand({1023, 70}), "tiles, odd K");
+  expect_float32_sums(operand({1023, 130}).t(), operand({1023, 45}), "tiles, A transposed");
+  const at::Tensor bias = at::randn({1100});
+  const at::Tensor a = operand({130, 256}), b = operand({256, 1100});
+  const at::Tensor with_bias = bf16_matmul(a, b, at::kFloat, bias);
+  EXPECT_TRUE(at::equal(with_bias, bf16_matmul(a, b, at::kFloat) + bias));
+  EXPECT_TRUE(at::equal(bf16_matmul(a, b, at::kBFloat16, bias), with_bias.to(at::kBFloat16)));
+  // and the same values when the threads share the (tile, panel)s, as for few rows (11 tiles < 4 x 4)
+  at::set_num_threads(4);
+  EXPECT_TRUE(at::equal(bf16_matmul(a, b, at::kFloat, bias), with_bias));
+  at::set_num_threads(threads);
+}
+
 TEST(Bf16Gemm, ReadsRowsInPlaceOrPackedAlike) {
   FSQ_REQUIRE_BF16_GEMM();
   at::manual_seed(4);
   const at::Tensor wide = operand({50, 300}), b = operand({256, 70});
   const at::Tensor in_place = wide.narrow(1, 10, 256);  // rows 300 apart: read where they are
-  const at::Tensor odd = wide.narrow(1, 11, 256);       // starting at an odd element: packed
+  const at::Tensor odd = wide.narrow(1, 11, 256);       // the same, from an odd element (unaligned pairs)
   const at::Tensor copy = in_place.contiguous();
   const at::Tensor reference = bf16_matmul(copy, b, at::kFloat);
   EXPECT_TRUE(at::equal(bf16_matmul(in_place, b, at::kFloat), reference));
+  EXPECT_TRUE(at::equal(bf16_matmul(odd, b, at::kFloat), bf16_matmul(odd.contiguous(), b, at::kFloat)));
   expect_float32_sums(odd, b, "an odd start");
+  // rows packed one by one (odd K); rows an odd number of elements apart (read in place)
   expect_float32_sums(wide.narrow(1, 0, 255), operand({255, 70}), "odd K");
+  const at::Tensor odd_rows = operand({50, 301}).narrow(1, 0, 256);
+  EXPECT_TRUE(at::equal(bf16_matmul(odd_rows, b, at::kFloat), bf16_matmul(odd_rows.contiguous(), b, at::kFloat)));
   expect_float32_sums(wide.t().narrow(0, 0, 40), operand({50, 33}), "A transposed");
 }
 
@@ -96,8 +121,11 @@ TEST(Bf16Gemm, TheBf16OutputIsTheFloat32OneRoundedOnceToNearestEven) {
   EXPECT_EQ(bf16_matmul(one, tie, at::kBFloat16).item<float>(), 1.0F);
   const at::Tensor tie_up = at::tensor({1.0F + 1.0F / 128, 1.0F / 256}).to(at::kBFloat16).view({2, 1});
   EXPECT_EQ(bf16_matmul(one, tie_up, at::kBFloat16).item<float>(), 1.0F + 2.0F / 128);
-  // bf16's largest value and more rounds to infinity
-  const at::Tensor big = at::tensor({3.38e38F, 3.38e38F}).to(at::kBFloat16).view({2, 1});
+  // bf16's largest value (0x7F7F) plus half its step: finite in float32, a tie that rounds up to
+  // infinity in bf16 (0x7F7F is odd)
+  const at::Tensor big =
+      at::tensor({std::ldexp(255.0F / 128, 127), std::ldexp(1.0F, 119)}).to(at::kBFloat16).view({2, 1});
+  EXPECT_EQ(bf16_matmul(one, big, at::kFloat).item<float>(), std::ldexp(511.0F / 256, 127));
   EXPECT_TRUE(std::isinf(bf16_matmul(one, big, at::kBFloat16).item<float>()));
 }
 

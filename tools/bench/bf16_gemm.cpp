@@ -8,8 +8,6 @@
 // the largest value of that product.
 //
 //   OMP_WAIT_POLICY=PASSIVE build/tools/bench/fsq_bench_bf16_gemm [--threads 2] [--runs 5] [--iters 5]
-#include <algorithm>
-#include <chrono>
 #include <cmath>
 #include <cstdio>
 #include <string>
@@ -18,7 +16,7 @@
 #include "fairseq_cpp/core/torch.h"
 
 #include "fairseq_cpp/nn/bf16_gemm.h"
-#include "tools/bench/multi30k_model.h"  // bench::flag
+#include "tools/bench/multi30k_model.h"  // bench::flag, bench::median_seconds
 
 using namespace fairseq_cpp;
 
@@ -28,19 +26,6 @@ struct Product {
   std::string what;
   at::Tensor a, b;  // bf16 operands, as the update's product reads them (transposed views where it does)
 };
-
-template <typename F>
-double median_seconds(F&& product, int64_t runs, int64_t iters) {
-  product();
-  std::vector<double> s;
-  for (int64_t r = 0; r < runs; ++r) {
-    const auto t0 = std::chrono::steady_clock::now();
-    for (int64_t i = 0; i < iters; ++i) product();
-    s.push_back(std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count() / iters);
-  }
-  std::sort(s.begin(), s.end());
-  return s[s.size() / 2];
-}
 
 at::Tensor bf16(at::IntArrayRef sizes) { return at::randn(sizes).to(at::kBFloat16); }
 
@@ -81,9 +66,9 @@ int main(int argc, char** argv) {
     const int64_t m = p.a.size(0), k = p.a.size(1), n = p.b.size(1);
     const double tflop = 2.0 * m * k * n / 1e12;
     const at::Tensor a32 = p.a.to(at::kFloat), b32 = p.b.to(at::kFloat);
-    const double ours = median_seconds([&] { return nn::bf16_matmul(p.a, p.b, at::kBFloat16); }, runs, iters);
-    const double theirs = median_seconds([&] { return at::mm(p.a, p.b); }, runs, iters);
-    const double fp32 = median_seconds([&] { return at::mm(a32, b32); }, runs, iters);
+    const double ours = bench::median_seconds([&] { return nn::bf16_matmul(p.a, p.b, at::kBFloat16); }, runs, iters);
+    const double theirs = bench::median_seconds([&] { return at::mm(p.a, p.b); }, runs, iters);
+    const double fp32 = bench::median_seconds([&] { return at::mm(a32, b32); }, runs, iters);
     const at::Tensor exact = p.a.to(at::kDouble).mm(p.b.to(at::kDouble));
     const double scale = exact.abs().max().item<double>();
     const double ours_diff =

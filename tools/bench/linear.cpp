@@ -8,8 +8,6 @@
 // threads (OpenBLAS: all cores, or OPENBLAS_NUM_THREADS), whatever --threads says.
 //
 //   OMP_WAIT_POLICY=PASSIVE build/tools/bench/fsq_bench_linear [--threads 2] [--runs 5] [--iters 20]
-#include <algorithm>
-#include <chrono>
 #include <cmath>
 #include <cstdio>
 #include <string>
@@ -19,7 +17,7 @@
 
 #include "fairseq_cpp/core/runtime.h"
 #include "fairseq_cpp/nn/packed_linear.h"
-#include "tools/bench/multi30k_model.h"  // bench::flag
+#include "tools/bench/multi30k_model.h"  // bench::flag, bench::median_seconds
 
 using namespace fairseq_cpp;
 
@@ -29,20 +27,6 @@ struct Shape {
   const char* what;
   int64_t m, k, n;
 };
-
-// Median seconds of one product over `runs` timings of `iters` products.
-template <typename F>
-double median_seconds(F&& product, int64_t runs, int64_t iters) {
-  product();  // warm-up (and the packing)
-  std::vector<double> s;
-  for (int64_t r = 0; r < runs; ++r) {
-    const auto t0 = std::chrono::steady_clock::now();
-    for (int64_t i = 0; i < iters; ++i) product();
-    s.push_back(std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count() / iters);
-  }
-  std::sort(s.begin(), s.end());
-  return s[s.size() / 2];
-}
 
 }  // namespace
 
@@ -80,10 +64,10 @@ int main(int argc, char** argv) {
     const at::Tensor b = at::randn({s.n});
     const double gflop = 2.0 * s.m * s.k * s.n / 1e9;
     at::set_num_threads(1);  // how the kernel ran before the library was compiled with OpenMP
-    const double one_s = median_seconds([&] { return nn::scoped_linear(x, w, b); }, runs, iters);
+    const double one_s = bench::median_seconds([&] { return nn::scoped_linear(x, w, b); }, runs, iters);
     at::set_num_threads(static_cast<int>(threads));
-    const double packed_s = median_seconds([&] { return nn::scoped_linear(x, w, b); }, runs, iters);
-    const double blas_s = median_seconds([&] { return at::linear(x, w, b); }, runs, iters);
+    const double packed_s = bench::median_seconds([&] { return nn::scoped_linear(x, w, b); }, runs, iters);
+    const double blas_s = bench::median_seconds([&] { return at::linear(x, w, b); }, runs, iters);
     const double diff = (nn::scoped_linear(x, w, b) - at::linear(x, w, b)).abs().max().item<double>();
     std::printf("%-20s %5lld %5lld %5lld %10.1f %10.1f %10.1f %7.2fx %7.2fx %9.2g\n", s.what,
                 static_cast<long long>(s.m), static_cast<long long>(s.k), static_cast<long long>(s.n), gflop / packed_s,

@@ -54,11 +54,12 @@ struct PackedA {
 };
 
 // A (M, K), element (i, k) at a[i * si + k * sk], as words (i, q) = (A(i, 2q), A(i, 2q + 1)), zero
-// past K, in `out`. Where A's rows are
-// contiguous, row by row (row_stride = pairs); else pair by pair (pair_stride = M), which reads
-// two of A's columns as two contiguous rows where A is a transposed matrix (the weight's gradient
-// g^T x): row by row, its writes 4 KiB apart would share the cache's sets.
-PackedA pack_a(const Bits* a, int64_t si, int64_t sk, int64_t m, int64_t k, int64_t pairs, uint32_t* out) {
+// past K, in `out`; returns where they are. Where A's rows are contiguous, row by row; else pair by
+// pair (word (i, q) at out[q * M + i]), which reads two of A's columns as two contiguous rows where
+// A is a transposed matrix (the weight's gradient g^T x): row by row, its writes 4 KiB apart would
+// share the cache's sets.
+[[maybe_unused]] PackedA pack_a(const Bits* a, int64_t si, int64_t sk, int64_t m, int64_t k, int64_t pairs,
+                                uint32_t* out) {
   if (sk == 1) {
     at::parallel_for(0, m, kRowBlock, [&](int64_t begin, int64_t end) {
       for (int64_t i = begin; i < end; ++i)

@@ -47,6 +47,15 @@ at::Tensor attention(const at::Tensor& q, const at::Tensor& k, const at::Tensor&
     return attention(q.to(at::kFloat), k.to(at::kFloat), v.to(at::kFloat), mask, dropout, training).to(at::kBFloat16);
   }
 #if FSQ_TORCH_AT_LEAST(2, 0)
+  // Training on the CPU: the batched products and a float32 softmax, as with LibTorch 1.13, where
+  // the fused kernel's backward took 13% of a bf16 Multi30k update. One update at 4,096 tokens
+  // (fsq_bench_train_step, LibTorch 2.11, 2-core Zen 4): bf16 1.14x faster at 32 and at 128
+  // tokens a sentence, fp32 1.05x at 32; the probabilities kept for backward cost 95 MB more at 128
+  // (0.97 against 0.88 GiB), so longer keys keep the fused kernel, whose memory does not grow with them.
+  if (q.is_cpu() && k.size(-2) <= 128 && at::GradMode::is_enabled() &&
+      (q.requires_grad() || k.requires_grad() || v.requires_grad())) {
+    return attention_reference(q, k, v, mask, dropout, training);
+  }
 #if FSQ_TORCH_AT_LEAST(2, 5)
   // On CUDA in bf16/fp16, PyTorch 2.11 picks cuDNN's fused attention first on Hopper, which builds
   // an execution plan for every new (batch, length) shape (hundreds of milliseconds each, by

@@ -47,6 +47,7 @@ void pack_b(const Bits* b, int64_t sk, int64_t sn, int64_t k, int64_t n, int64_t
   });
 }
 
+#ifdef FSQ_AVX512_KERNELS
 // Where the pair (A(i, 2q), A(i, 2q + 1)) of A's row i is, as 32 bits (its first value in the low
 // half): at a[i * row_stride + q * pair_stride], counted in bf16 values.
 struct PackedA {
@@ -58,8 +59,7 @@ struct PackedA {
 // pair (word (i, q) at out[q * M + i]), which reads two of A's columns as two contiguous rows where
 // A is a transposed matrix (the weight's gradient g^T x): row by row, its writes 4 KiB apart would
 // share the cache's sets.
-[[maybe_unused]] PackedA pack_a(const Bits* a, int64_t si, int64_t sk, int64_t m, int64_t k, int64_t pairs,
-                                uint32_t* out) {
+PackedA pack_a(const Bits* a, int64_t si, int64_t sk, int64_t m, int64_t k, int64_t pairs, uint32_t* out) {
   if (sk == 1) {
     at::parallel_for(0, m, kRowBlock, [&](int64_t begin, int64_t end) {
       for (int64_t i = begin; i < end; ++i)
@@ -74,7 +74,6 @@ struct PackedA {
   return {2, 2 * m};
 }
 
-#ifdef FSQ_AVX512_KERNELS
 #define FSQ_BF16_TARGET __attribute__((target("avx512f,avx512bw,avx512vl,avx512bf16")))
 
 // The float32 values rounded to bf16 to nearest even, NaN to 0x7FC0 (c10::BFloat16's rounding).

@@ -67,7 +67,7 @@ struct Entry {
         sizes(weight.sizes().vec()),
         strides(weight.strides().vec()) {
     c10::InferenceMode inference;
-    packed = weight.scalar_type() == at::kBFloat16 ? bf16_pack_b(weight.detach().t()).panels : pack(weight.detach());
+    packed = dtype == at::kBFloat16 ? bf16_pack_b(weight.detach().t()).panels : pack(weight.detach());
   }
   bool holds(const at::Tensor& weight) const {
     if (frozen) return !owner.expired();

@@ -1,7 +1,7 @@
 #pragma once
 // What the model benchmarks share: their `--name value` integer flags, the median of repeated
-// timings, and the Multi30k model of
-// the fairseq v0.9 reference run (3+3 layers, d 256, ffn 1024, 4 heads, shared 8000-word vocabulary).
+// timings, and the Multi30k model of the fairseq v0.9 reference run (3+3 layers, d 256, ffn 1024,
+// 4 heads, shared 8000-word vocabulary).
 
 #include <algorithm>
 #include <chrono>

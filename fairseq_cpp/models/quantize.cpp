@@ -56,10 +56,10 @@ size_t quantize_int8(torch::nn::Module& model, const QuantizeOptions& options) {
   return weights.size();
 }
 
-size_t pack_weights_in_place(torch::nn::Module& model) {
+size_t pack_weights_in_place(torch::nn::Module& model, c10::ScalarType packed_as) {
   const std::vector<at::Tensor> weights = linear_weights(model, /*output_projection=*/true);
   for (const at::Tensor& w : weights) {
-    nn::pack_in_place(w);
+    nn::pack_in_place(w, packed_as);
     // The freed float32 weight goes back to the system now: kept for reuse, it would fit no later
     // request (a packed weight is a little larger), and the model would be resident twice by the end.
     core::release_free_memory();

@@ -31,7 +31,8 @@ size_t quantize_int8(torch::nn::Module& model, const QuantizeOptions& options = 
 // embedding it shares, whose lookups then read the packed rows) are packed in place
 // (nn::pack_in_place), so the weights exist once, in the kernel's layout, instead of twice. Returns
 // how many weights were packed in place. Afterwards the model can only run inference: not be
-// trained, saved or moved.
-size_t pack_weights_in_place(torch::nn::Module& model);
+// trained, saved or moved. With `packed_as` bf16 (--bf16 generation on a CPU with AVX512_BF16),
+// the weights are rounded to bf16 and packed for the bf16 kernel (nn/bf16_gemm.h).
+size_t pack_weights_in_place(torch::nn::Module& model, c10::ScalarType packed_as = c10::kFloat);
 
 }  // namespace fairseq_cpp::models

@@ -87,6 +87,23 @@ FSQ_BF16_TARGET inline __m256i round_to_bf16(__m512 v) {
   return _mm512_maskz_cvtepi32_epi16(all, _mm512_maskz_srli_epi32(all, rounded, 16));
 }
 
+// K float32 values rounded to bf16 as above, 16 at a time, as a row of words (zero past K).
+FSQ_BF16_TARGET void round_row(const float* row, int64_t k, Bits* bits) {
+  for (int64_t j = 0; j < k; j += 16) {
+    const auto mask = static_cast<__mmask16>(k - j >= 16 ? 0xFFFF : (1U << (k - j)) - 1);
+    _mm256_mask_storeu_epi16(bits + j, mask, round_to_bf16(_mm512_maskz_loadu_ps(mask, row + j)));
+  }
+  if (k % 2 != 0) bits[k] = 0;
+}
+
+// A (M, K), float32 rows `si` apart (each contiguous), rounded to bf16: words (i, q) =
+// (A(i, 2q), A(i, 2q + 1)) row by row, in `out` (pack_a's layout for contiguous rows).
+void pack_a_rounded(const float* a, int64_t si, int64_t m, int64_t k, int64_t pairs, uint32_t* out) {
+  at::parallel_for(0, m, kRowBlock, [&](int64_t begin, int64_t end) {
+    for (int64_t i = begin; i < end; ++i) round_row(a + i * si, k, reinterpret_cast<Bits*>(out + i * pairs));
+  });
+}
+
 // Where one tile's sums go: `columns` (up to kColumns) of each row, plus the bias, as float32 or bf16.
 struct Output {
   void* data;
@@ -181,7 +198,9 @@ at::Tensor bf16_matmul(const at::Tensor& a, const at::Tensor& b, c10::ScalarType
 at::Tensor bf16_matmul(const at::Tensor& a, const Bf16PackedB& b, c10::ScalarType out_dtype, const at::Tensor& bias) {
   TORCH_CHECK(bf16_gemm_supported(), "bf16_matmul: this CPU has no AVX512_BF16");
   TORCH_CHECK(a.dim() == 2 && a.size(1) == b.k, "bf16_matmul: (M, ", b.k, ") expected, got ", a.sizes());
-  TORCH_CHECK(a.is_cpu() && a.scalar_type() == at::kBFloat16, "bf16_matmul: bf16 CPU operands expected");
+  const bool rounds = a.scalar_type() == at::kFloat;  // float32 A: rounded to bf16 as it is packed
+  TORCH_CHECK(a.is_cpu() && (a.scalar_type() == at::kBFloat16 || rounds),
+              "bf16_matmul: a bf16 or float32 CPU A expected");
   TORCH_CHECK(out_dtype == at::kFloat || out_dtype == at::kBFloat16, "bf16_matmul: float32 or bf16 output expected");
   const int64_t m = a.size(0), k = b.k, n = b.n;
   TORCH_CHECK(!bias.defined() || bias.numel() == n, "bf16_matmul: a bias of ", n, " values expected");
@@ -192,16 +211,24 @@ at::Tensor bf16_matmul(const at::Tensor& a, const Bf16PackedB& b, c10::ScalarTyp
 #ifdef FSQ_AVX512_KERNELS
   const int64_t pairs = (k + 1) / 2, panels = (n + kColumns - 1) / kColumns;
   const auto* panels_of_b = reinterpret_cast<const uint32_t*>(b.panels.data_ptr<int32_t>());
-  // A's rows as they are where they hold whole pairs (contiguous, K even), else packed.
-  const auto* a_bits = reinterpret_cast<const Bits*>(a.data_ptr<at::BFloat16>());
-  const Bits* words = a_bits;
+  // A's rows as they are where they are bf16 and hold whole pairs (contiguous, K even), else packed.
+  const Bits* words = nullptr;
   PackedA layout{a.stride(0), 2};
   at::Tensor packed_a;
-  if (a.stride(1) != 1 || k % 2 != 0) {
+  if (rounds || a.stride(1) != 1 || k % 2 != 0) {
     packed_a = at::empty({m * pairs}, a.options().dtype(at::kInt));
     auto* packed = reinterpret_cast<uint32_t*>(packed_a.data_ptr<int32_t>());
-    layout = pack_a(a_bits, a.stride(0), a.stride(1), m, k, pairs, packed);
+    if (rounds) {
+      const at::Tensor rows = a.stride(1) == 1 ? a : a.contiguous();
+      pack_a_rounded(rows.data_ptr<float>(), rows.stride(0), m, k, pairs, packed);
+      layout = {2 * pairs, 2};
+    } else {
+      layout = pack_a(reinterpret_cast<const Bits*>(a.data_ptr<at::BFloat16>()), a.stride(0), a.stride(1), m, k, pairs,
+                      packed);
+    }
     words = reinterpret_cast<const Bits*>(packed);
+  } else {
+    words = reinterpret_cast<const Bits*>(a.data_ptr<at::BFloat16>());
   }
   const bool bf16_out = out_dtype == at::kBFloat16;
   char* c = static_cast<char*>(out.data_ptr());

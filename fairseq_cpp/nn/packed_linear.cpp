@@ -59,26 +59,26 @@ at::Tensor pack(const at::Tensor& weight) {
 }
 
 struct Entry {
-  explicit Entry(const at::Tensor& weight)
+  Entry(const at::Tensor& weight, c10::ScalarType packed_as)
       : owner(weight.getIntrusivePtr()),
         data(weight.data_ptr()),
         version(static_cast<int64_t>(weight._version())),
-        dtype(weight.scalar_type()),
+        dtype(packed_as),
         sizes(weight.sizes().vec()),
         strides(weight.strides().vec()) {
     c10::InferenceMode inference;
-    packed = dtype == at::kBFloat16 ? bf16_pack_b(weight.detach().t()).panels : pack(weight.detach());
+    packed = dtype == at::kBFloat16 ? bf16_pack_b(weight.detach().to(at::kBFloat16).t()).panels : pack(weight.detach());
   }
-  bool holds(const at::Tensor& weight) const {
-    if (frozen) return !owner.expired();
-    return !owner.expired() && data == weight.data_ptr() && version == static_cast<int64_t>(weight._version()) &&
-           dtype == weight.scalar_type() && weight.sizes() == c10::IntArrayRef(sizes) &&
-           weight.strides() == c10::IntArrayRef(strides);
+  bool holds(const at::Tensor& weight, c10::ScalarType packed_as) const {
+    if (owner.expired() || dtype != packed_as) return false;
+    if (frozen) return true;
+    return data == weight.data_ptr() && version == static_cast<int64_t>(weight._version()) &&
+           weight.sizes() == c10::IntArrayRef(sizes) && weight.strides() == c10::IntArrayRef(strides);
   }
   c10::weak_intrusive_ptr<c10::TensorImpl, c10::UndefinedTensorImpl> owner;
   const void* data;
   int64_t version;
-  c10::ScalarType dtype;  // float32: float panels (pack); bf16: bf16_pack_b's
+  c10::ScalarType dtype;  // of the panels: float32 (pack's) or bf16 (bf16_pack_b's, the weight rounded)
   std::vector<int64_t> sizes, strides;
   at::Tensor packed;
   bool frozen = false;  // pack_in_place: the tensor's own values are gone; the panels are the weight
@@ -93,11 +93,12 @@ class PackedWeights {
   struct Packed {
     at::Tensor panels;
     int64_t n, k;
+    c10::ScalarType dtype;
   };
   Packed get(const at::Tensor& weight) {
     std::lock_guard<std::mutex> lock(mutex_);
-    const Entry& e = find_or_pack(weight);
-    return {e.packed, e.sizes[0], e.sizes[1]};
+    const Entry& e = find_or_pack(weight, at::kFloat);
+    return {e.packed, e.sizes[0], e.sizes[1], e.dtype};
   }
   // The weight packed in place, or nothing (no lock taken while no weight was).
   std::optional<Packed> frozen(const at::Tensor& weight) {
@@ -105,11 +106,14 @@ class PackedWeights {
     std::lock_guard<std::mutex> lock(mutex_);
     auto it = entries_.find(weight.unsafeGetTensorImpl());
     if (it == entries_.end() || !it->second.frozen || it->second.owner.expired()) return std::nullopt;
-    return Packed{it->second.packed, it->second.sizes[0], it->second.sizes[1]};
+    return Packed{it->second.packed, it->second.sizes[0], it->second.sizes[1], it->second.dtype};
   }
-  void freeze(const at::Tensor& weight) {
+  void freeze(const at::Tensor& weight, c10::ScalarType packed_as) {
     std::lock_guard<std::mutex> lock(mutex_);
-    Entry& e = find_or_pack(weight);
+    auto it = entries_.find(weight.unsafeGetTensorImpl());
+    TORCH_CHECK(it == entries_.end() || !it->second.frozen || it->second.owner.expired(),
+                "pack_in_place: the weight is packed in place already");
+    Entry& e = find_or_pack(weight, packed_as);
     if (!e.frozen) ++frozen_;
     e.frozen = true;
   }
@@ -120,12 +124,12 @@ class PackedWeights {
   }
 
  private:
-  Entry& find_or_pack(const at::Tensor& weight) {
+  Entry& find_or_pack(const at::Tensor& weight, c10::ScalarType packed_as) {
     c10::TensorImpl* impl = weight.unsafeGetTensorImpl();
     auto it = entries_.find(impl);
-    if (it != entries_.end() && it->second.holds(weight)) return it->second;
+    if (it != entries_.end() && it->second.holds(weight, packed_as)) return it->second;
     drop_expired();
-    return entries_.insert_or_assign(impl, Entry(weight)).first->second;
+    return entries_.insert_or_assign(impl, Entry(weight, packed_as)).first->second;
   }
   void drop_expired() {
     for (auto e = entries_.begin(); e != entries_.end();) {
@@ -238,11 +242,14 @@ PackedLinearScope::~PackedLinearScope() { scope_enabled = previous_; }
 
 bool packed_linear_supported() { return core::cpu_has_avx512f() || core::cpu_has_avx2_fma(); }
 
-void pack_in_place(at::Tensor weight) {
-  TORCH_CHECK(packed_linear_supported(), "pack_in_place: this CPU has neither AVX-512F nor AVX2 with FMA");
+void pack_in_place(at::Tensor weight, c10::ScalarType packed_as) {
+  TORCH_CHECK(packed_as == at::kFloat || packed_as == at::kBFloat16, "pack_in_place: float32 or bf16 panels only");
+  TORCH_CHECK(packed_as == at::kBFloat16 ? bf16_gemm_supported() : packed_linear_supported(),
+              "pack_in_place: this CPU has no kernel for ", packed_as == at::kFloat ? "float32" : "bf16", " panels (",
+              packed_as == at::kFloat ? "AVX-512F, or AVX2 with FMA" : "AVX512_BF16", ")");
   TORCH_CHECK(weight.device().is_cpu() && weight.scalar_type() == at::kFloat && weight.dim() == 2,
               "pack_in_place: a float32 (N, K) CPU weight expected");
-  packed_weights().freeze(weight);
+  packed_weights().freeze(weight, packed_as);
   torch::NoGradGuard no_grad;
   weight.set_data(at::empty({0}, weight.options()));
 }
@@ -252,18 +259,38 @@ bool packed_in_place(const at::Tensor& weight) { return packed_weights().frozen(
 at::Tensor packed_rows(const at::Tensor& weight, const at::Tensor& indices) {
   std::optional<PackedWeights::Packed> packed = packed_weights().frozen(weight);
   TORCH_CHECK(packed.has_value(), "packed_rows: the weight was not packed in place");
-  // Row n is column n % 32 of panel n / 32: (P, K, 32)[n / 32, :, n % 32].
+  // Row n is column n % 32 of panel n / 32: (P, K, 32)[n / 32, :, n % 32]. In bf16 panels the
+  // rows' pairs of values are interleaved: (P, pairs, 32, 2)[n / 32, :, n % 32, :], the first K.
   const at::Tensor rows = indices.to(at::kLong);
   using at::indexing::Slice;
-  return packed->panels.index({rows.div(kPanel, "floor"), Slice(), rows.remainder(kPanel)});
+  if (packed->dtype == at::kFloat)
+    return packed->panels.index({rows.div(kPanel, "floor"), Slice(), rows.remainder(kPanel)});
+  const int64_t k = packed->k, pairs = (k + 1) / 2;
+  const at::Tensor values = packed->panels.view(at::kBFloat16).view({-1, pairs, kPanel, 2});
+  const at::Tensor picked =
+      values.index({rows.reshape({-1}).div(kPanel, "floor"), Slice(), rows.reshape({-1}).remainder(kPanel)});
+  std::vector<int64_t> shape(rows.sizes().begin(), rows.sizes().end());
+  shape.push_back(k);
+  return picked.reshape({-1, 2 * pairs}).narrow(1, 0, k).to(at::kFloat).view(shape);
 }
 
 size_t packed_weight_count() { return packed_weights().live(); }
 
 namespace {
 
+// x (..., K) @ the weight (N, K)^T + bias, its panels bf16: the AVX512_BF16 kernel, out in x's dtype.
+at::Tensor multiply_bf16(const at::Tensor& x, const PackedWeights::Packed& packed, const at::Tensor& bias) {
+  TORCH_CHECK(x.size(-1) == packed.k, "packed_linear: the input's last dimension is ", x.size(-1), ", the weight's ",
+              packed.k);
+  std::vector<int64_t> out_shape(x.sizes().begin(), x.sizes().end());
+  out_shape.back() = packed.n;
+  return bf16_matmul(x.reshape({-1, packed.k}), Bf16PackedB{packed.panels, packed.k, packed.n}, x.scalar_type(), bias)
+      .view(out_shape);
+}
+
 // x (..., K) @ the packed weight (N, K)^T + bias, on the kernels of this CPU.
 at::Tensor multiply(const at::Tensor& x, const PackedWeights::Packed& packed, const at::Tensor& bias) {
+  if (packed.dtype == at::kBFloat16) return multiply_bf16(x, packed, bias);
   const int64_t n = packed.n, k = packed.k;
   TORCH_CHECK(x.device().is_cpu() && x.scalar_type() == at::kFloat, "packed_linear: a float32 CPU input expected");
   TORCH_CHECK(x.size(-1) == k, "packed_linear: the input's last dimension is ", x.size(-1), ", the weight's ", k);
@@ -313,21 +340,6 @@ at::Tensor packed_linear(const at::Tensor& x, const at::Tensor& weight, const at
   return multiply(x, packed_weights().get(weight), bias);
 }
 
-namespace {
-
-// x (..., K) @ a bf16 weight (N, K)^T + bias by the AVX512_BF16 kernel, the weight packed once.
-at::Tensor bf16_packed_linear(const at::Tensor& x, const at::Tensor& weight, const at::Tensor& bias) {
-  const PackedWeights::Packed packed = packed_weights().get(weight);
-  TORCH_CHECK(x.size(-1) == packed.k, "scoped_linear: the input's last dimension is ", x.size(-1), ", the weight's ",
-              packed.k);
-  std::vector<int64_t> out_shape(x.sizes().begin(), x.sizes().end());
-  out_shape.back() = packed.n;
-  return bf16_matmul(x.reshape({-1, packed.k}), Bf16PackedB{packed.panels, packed.k, packed.n}, at::kBFloat16, bias)
-      .view(out_shape);
-}
-
-}  // namespace
-
 at::Tensor scoped_linear(const at::Tensor& x, const at::Tensor& weight, const at::Tensor& bias) {
   if (at::Tensor copy = low_precision_copy(weight); copy.defined()) {  // training in bf16: the update's copies
     at::Tensor bias_copy = low_precision_copy(bias);
@@ -347,11 +359,6 @@ at::Tensor scoped_linear(const at::Tensor& x, const at::Tensor& weight, const at
       x.scalar_type() == at::kFloat && weight.scalar_type() == at::kFloat && !weight.is_inference() &&
       (!bias.defined() || bias.scalar_type() == at::kFloat)) {
     return packed_linear(x, weight, bias);
-  }
-  if (scope_enabled && !needs_grad && x.device().is_cpu() && weight.device().is_cpu() &&
-      x.scalar_type() == at::kBFloat16 && weight.scalar_type() == at::kBFloat16 && weight.dim() == 2 &&
-      !weight.is_inference() && bf16_gemm_supported()) {
-    return bf16_packed_linear(x, weight, bias);  // --bf16 generation on a CPU with AVX512_BF16
   }
   // ATen's linear, not the C++ frontend's (which adds the bias in place after a 3-D matmul: outside
   // autocast, so a bf16 product took a float32 bias through a mixed-type broadcast kernel, 10% of

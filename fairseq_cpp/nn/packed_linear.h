@@ -12,14 +12,14 @@
 //   nn::PackedLinearScope packed;        // this thread's inference may use packed weights
 //   at::Tensor y = nn::scoped_linear(x, layer->weight, layer->bias);
 //
-// Inside a scope, a bf16 weight and input on a CPU with AVX512_BF16 (--bf16 generation) take the
-// bf16 kernel of nn/bf16_gemm.h, the weight packed once in the same way.
 // Outside a scope, for tensors that need gradients, off CPU, not float32, or on a CPU without
-// AVX-512F or AVX2 with FMA, nn::scoped_linear is ATen's linear (at::linear). A weight registered by
+// AVX-512F or AVX2 with FMA, nn::scoped_linear is ATen's linear (at::linear), except for a weight
+// packed in place (nn::pack_in_place, below), which always runs its kernel. A weight registered by
 // nn::use_int8_weight (quantized_linear.h) runs int8 whenever no gradient is needed, inside a
 // scope or not; one quantized in place (nn::quantize_in_place) always runs int8.
 
 #include <ATen/Tensor.h>
+#include <c10/core/ScalarType.h>
 
 namespace fairseq_cpp::nn {
 
@@ -50,12 +50,16 @@ at::Tensor packed_linear(const at::Tensor& x, const at::Tensor& weight, const at
 // values, so that the model's weights exist once, packed, not twice. From then on
 // nn::scoped_linear(x, weight, bias) runs the packed kernel with it, inside a scope or not, and no
 // gradient reaches it; nothing else may read the tensor (it is empty) but packed_rows. Requires
-// packed_linear_supported().
-void pack_in_place(at::Tensor weight);
+// packed_linear_supported(). With `packed_as` bf16 (--bf16 generation on the CPU), the weight is
+// rounded to bf16 (half the memory) and packed for the bf16 kernel of nn/bf16_gemm.h, which
+// rounds each float32 input to bf16 and sums in float32: a float32 x gives a float32 product, as
+// if x and the weight were rounded to bf16 first. Requires bf16_gemm_supported().
+void pack_in_place(at::Tensor weight, c10::ScalarType packed_as = c10::kFloat);
 // Whether `weight` was packed in place.
 bool packed_in_place(const at::Tensor& weight);
 // Rows `indices` (int64, any shape) of a weight packed in place, as embedding(weight, indices) reads
-// them from the float32 weight: (..., K). For an embedding shared with an output projection.
+// them from the float32 weight (rounded to bf16 where packed as bf16): float32 (..., K). For an
+// embedding shared with an output projection.
 at::Tensor packed_rows(const at::Tensor& weight, const at::Tensor& indices);
 
 // Number of packed weights whose tensors are alive (tests).

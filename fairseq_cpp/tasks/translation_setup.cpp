@@ -15,6 +15,7 @@
 #include "fairseq_cpp/distributed/topology.h"
 #include "fairseq_cpp/models/ensemble.h"
 #include "fairseq_cpp/models/quantize.h"
+#include "fairseq_cpp/nn/bf16_gemm.h"
 #include "fairseq_cpp/nn/packed_linear.h"
 #include "fairseq_cpp/nn/quantized_linear.h"
 #include "fairseq_cpp/tasks/distributed_setup.h"
@@ -62,8 +63,9 @@ data::BatchingOptions batching_options(const config::DatasetConfig& dataset, Bat
 
 namespace {
 
-// Whether generation runs in bf16 (--bf16: the weights, activations and caches in bf16; the search's
-// log-probabilities and scores in float32); refuses what cannot run, before a checkpoint is read.
+// Whether generation runs in bf16 (--bf16); refuses what cannot run, before a checkpoint is read. On
+// a GPU the weights, activations and caches are bf16; on the CPU the linear layers' weights and
+// products (float32 sums), the rest float32. The search's log-probabilities and scores are float32.
 bool check_generation_precision(const config::Config& cli, c10::Device device) {
   if (cli.common.fp16)
     raise<UserError>(
@@ -74,16 +76,18 @@ bool check_generation_precision(const config::Config& cli, c10::Device device) {
     raise<UserError>("--quantize int8 runs on the CPU only, and this run is on the GPU; add --cpu");
   if (!cli.common.bf16) return false;
   if (int8) raise<UserError>("--bf16 and --quantize int8 exclude each other: choose one");
-  if (device.is_cpu() && !core::cpu_has_bf16_products())
+  if (device.is_cpu() && !nn::bf16_gemm_supported())
     raise<UserError>(
-        "--bf16 on the CPU needs AVX512_BF16 or AMX, and this CPU has neither (its bf16 products would "
-        "run slower than float32's): leave --bf16 out, or use --quantize int8, or a GPU");
+        "--bf16 on the CPU needs AVX512_BF16 (AMD Zen 4, Intel Cooper Lake or Sapphire Rapids and later), and "
+        "this CPU has none (its bf16 products would run slower than float32's): leave --bf16 out, or use "
+        "--quantize int8, or a GPU");
   return true;
 }
 
 // The linear weights as generation's CPU kernels read them: quantized to int8 (`int8`) or packed
-// for the float32 kernel (`pack`), in place; the log says how many and how long it took.
-void prepare_weights(torch::nn::Module& model, bool int8, bool pack) {
+// for the bf16 kernel (`bf16`) or the float32 one (`pack`), in place; the log says how many and how
+// long it took.
+void prepare_weights(torch::nn::Module& model, bool int8, bool bf16, bool pack) {
   const double started = core::monotonic_seconds();
   if (int8) {
     models::QuantizeOptions options;
@@ -92,6 +96,11 @@ void prepare_weights(torch::nn::Module& model, bool int8, bool pack) {
     log::info("generate",
               "--quantize int8: {} linear weights quantized per output channel, in place ({} kernel) in {:.2f} s",
               quantized, nn::int8_linear_kernel(), core::monotonic_seconds() - started);
+  } else if (bf16) {
+    const size_t packed = models::pack_weights_in_place(model, torch::kBFloat16);
+    log::info("generate",
+              "--bf16: {} linear weights rounded to bf16 and packed in place for the AVX512_BF16 kernel in {:.2f} s",
+              packed, core::monotonic_seconds() - started);
   } else if (pack) {
     const size_t packed = models::pack_weights_in_place(model);
     log::info("generate", "{} linear weights packed in place for the {} kernel in {:.2f} s", packed,
@@ -149,14 +158,15 @@ Translation load_translation(const config::Config& cli, const std::string& split
               models::count_parameters(*loaded.model), loaded.config.model.arch,
               cli.common_eval.use_ema ? ", its EMA weights" : "", t.device.str(), bf16 ? " in bf16" : "",
               core::monotonic_seconds() - started);
-    if (bf16) loaded.model->to(torch::kBFloat16);
+    if (bf16 && t.device.is_cuda()) loaded.model->to(torch::kBFloat16);
     members.push_back(loaded.model);
   }
   stored.reset();  // unmapped before packing: the pages the records were read from leave the resident set
   t.models = members.size();
   t.model = members.size() == 1 ? members[0] : std::make_shared<models::EnsembleModel>(members);
   t.model->eval();
-  prepare_weights(*t.model, int8, !bf16 && t.device.is_cpu() && nn::packed_linear_supported());
+  const bool cpu = t.device.is_cpu();
+  prepare_weights(*t.model, int8, bf16 && cpu, !bf16 && cpu && nn::packed_linear_supported());
   // The clean pages of the program's files leave the resident set before the search (those of the
   // libraries' start for good; those in use come back as touched). No other thread maps memory yet.
   if (t.device.is_cpu()) core::release_file_pages();

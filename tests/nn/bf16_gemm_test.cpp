@@ -1,6 +1,7 @@
 // bf16 products on AVX512_BF16 (nn/bf16_gemm.h): float32 sums of the exact products against float64
 // sums of the same bf16 operands, over shapes that cover the tile's and the panel's edges and the
-// operands' layouts; the bf16 output against the float32 one rounded once; the bias; specials.
+// operands' layouts; the bf16 output against the float32 one rounded once; the bias; specials; a
+// float32 A rounded as LibTorch rounds; weights packed in place as bf16 (--bf16 generation).
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -136,42 +137,94 @@ TEST(Bf16Gemm, EmptySumsAndEmptyShapes) {
   EXPECT_TRUE(at::equal(bf16_matmul(operand({4, 0}), operand({0, 6}), at::kFloat, bias), bias.expand({4, 6})));
   EXPECT_EQ(bf16_matmul(operand({0, 5}), operand({5, 6}), at::kBFloat16).sizes(), (std::vector<int64_t>{0, 6}));
   EXPECT_THROW(bf16_matmul(operand({4, 5}), operand({6, 6}), at::kFloat), c10::Error);
-  EXPECT_THROW(bf16_matmul(at::randn({4, 5}), operand({5, 6}), at::kFloat), c10::Error);
+  EXPECT_THROW(bf16_matmul(at::randn({4, 5}, at::kDouble), operand({5, 6}), at::kFloat), c10::Error);
   EXPECT_THROW(bf16_matmul(operand({4, 5}), operand({5, 6}), at::kHalf), c10::Error);
 }
 
-TEST(Bf16Gemm, PackedOnceForBf16InferenceInsideAPackedLinearScope) {
+TEST(Bf16Gemm, AFloat32AIsRoundedToBf16AsLibTorchRoundsIt) {
+  FSQ_REQUIRE_BF16_GEMM();
+  at::manual_seed(8);
+  const at::Tensor b = operand({255, 40}), b_even = operand({256, 40});
+  // ties between two bf16 values (1 + 2^-8 and 1 + 3 * 2^-8 round to the even one), the largest
+  // float32 (rounds to infinity), NaN, infinity, and plain values; K odd and even, rows strided
+  at::Tensor a = at::randn({37, 300});
+  a.index_put_({0, 0}, 1.0F + 1.0F / 256);
+  a.index_put_({0, 1}, 1.0F + 3.0F / 256);
+  a.index_put_({1, 2}, std::numeric_limits<float>::max());
+  a.index_put_({2, 3}, std::numeric_limits<float>::quiet_NaN());
+  a.index_put_({4, 5}, -std::numeric_limits<float>::infinity());
+  for (int64_t k : {5, 255, 256}) {
+    const at::Tensor rows = a.narrow(1, 1, k);  // rows 300 apart, from an odd element
+    const at::Tensor bk = k == 5 ? b.narrow(0, 0, 5) : k == 255 ? b : b_even;
+    for (c10::ScalarType out : {at::kFloat, at::kBFloat16}) {
+      const at::Tensor ours = bf16_matmul(rows, bk, out), rounded = bf16_matmul(rows.to(at::kBFloat16), bk, out);
+      EXPECT_TRUE(at::equal(ours.isnan(), rounded.isnan())) << "K " << k;
+      const at::Tensor kept = ~rounded.isnan();
+      EXPECT_TRUE(at::equal(ours.masked_select(kept), rounded.masked_select(kept))) << "K " << k;
+    }
+    expect_float32_sums(rows.narrow(0, 5, 32).to(at::kBFloat16), bk, "the rounded A's sums (bf16 A)");
+  }
+  // transposed (its columns contiguous): copied, then rounded alike
+  const at::Tensor t = at::randn({256, 20}).t();
+  EXPECT_TRUE(at::equal(bf16_matmul(t, b_even, at::kFloat), bf16_matmul(t.to(at::kBFloat16), b_even, at::kFloat)));
+}
+
+TEST(Bf16Gemm, AWeightPackedInPlaceAsBf16MultipliesFloat32Inputs) {
   FSQ_REQUIRE_BF16_GEMM();
   at::manual_seed(6);
-  const at::Tensor x = operand({3, 7, 48}), weight = operand({40, 48}), bias = operand({40});
-  torch::NoGradGuard no_grad;
+  const at::Tensor x = at::randn({3, 7, 48}), bias = at::randn({40});
+  at::Tensor weight = at::randn({40, 48}).requires_grad_();
+  const at::Tensor rounded = weight.detach().to(at::kBFloat16);
   const size_t before = packed_weight_count();
-  const at::Tensor aten = scoped_linear(x, weight, bias);  // outside a scope: ATen's
+  pack_in_place(weight, at::kBFloat16);
+  EXPECT_TRUE(packed_in_place(weight));
+  EXPECT_EQ(weight.numel(), 0) << "its float32 values are freed";
+  EXPECT_EQ(packed_weight_count(), before + 1);
+  // outside a scope, gradients enabled: the kernel, float32 out, as if x and the weight were bf16
+  const at::Tensor y = scoped_linear(x, weight, bias);
+  ASSERT_EQ(y.sizes(), (std::vector<int64_t>{3, 7, 40}));
+  ASSERT_EQ(y.scalar_type(), at::kFloat);
+  EXPECT_FALSE(y.requires_grad());
+  EXPECT_TRUE(
+      at::equal(y.view({21, 40}), bf16_matmul(x.view({21, 48}).to(at::kBFloat16), rounded.t(), at::kFloat, bias)));
+  // within a float32 sum's error of the float64 product of the rounded operands
+  const at::Tensor exact =
+      at::linear(x.to(at::kBFloat16).to(at::kDouble), rounded.to(at::kDouble), bias.to(at::kDouble));
+  EXPECT_LT((y.to(at::kDouble) - exact).abs().max().item<double>(), 1e-5);
+  // a bf16 input gives a bf16 output, rounded once
+  const at::Tensor y16 = scoped_linear(x.to(at::kBFloat16), weight, bias);
+  ASSERT_EQ(y16.scalar_type(), at::kBFloat16);
+  EXPECT_TRUE(at::equal(y16, y.to(at::kBFloat16)));
+  // its rows (an embedding shared with the output projection), odd K included: the rounded weight's
+  const at::Tensor tokens = at::tensor({39, 0, 31, 32, 7, 39}).view({2, 3});
+  const at::Tensor rows = packed_rows(weight, tokens);
+  ASSERT_EQ(rows.scalar_type(), at::kFloat);
+  EXPECT_TRUE(at::equal(rows, rounded.to(at::kFloat).index_select(0, tokens.view(-1)).view({2, 3, 48})));
+  at::Tensor odd = at::randn({70, 33});
+  const at::Tensor odd_rounded = odd.to(at::kBFloat16).to(at::kFloat);
+  pack_in_place(odd, at::kBFloat16);
+  EXPECT_TRUE(
+      at::equal(packed_rows(odd, at::tensor({69, 0, 33})), odd_rounded.index_select(0, at::tensor({69, 0, 33}))));
+  EXPECT_THROW(scoped_linear(at::randn({2, 47}), weight), c10::Error);
+  EXPECT_THROW(pack_in_place(weight, at::kBFloat16), c10::Error);  // packed already
+  EXPECT_THROW(pack_in_place(at::randn({4, 4}), at::kHalf), c10::Error);
+  weight = at::Tensor();
+  odd = at::Tensor();
   EXPECT_EQ(packed_weight_count(), before);
-  at::Tensor packed, again;
+}
+
+TEST(Bf16Gemm, AWeightPackedAsFloat32FirstIsPackedAgainAsBf16) {
+  FSQ_REQUIRE_BF16_GEMM();
+  at::manual_seed(9);
+  const at::Tensor x = at::randn({10, 64});
+  at::Tensor weight = at::randn({36, 64});
+  const at::Tensor rounded = weight.to(at::kBFloat16);
   {
-    PackedLinearScope scope;
-    packed = scoped_linear(x, weight, bias);
-    EXPECT_EQ(packed_weight_count(), before + 1);
-    again = scoped_linear(x, weight, bias);
-    EXPECT_EQ(packed_weight_count(), before + 1);  // the same panels
+    PackedLinearScope scope;  // the float32 kernel's panels, in the cache
+    EXPECT_TRUE(at::equal(scoped_linear(x, weight), packed_linear(x, weight)));
   }
-  ASSERT_EQ(packed.sizes(), aten.sizes());
-  ASSERT_EQ(packed.scalar_type(), at::kBFloat16);
-  EXPECT_TRUE(at::equal(packed, again));
-  // the kernel's product, bias added before the one rounding
-  EXPECT_TRUE(at::equal(packed.view({21, 40}), bf16_matmul(x.view({21, 48}), weight.t(), at::kBFloat16, bias)));
-  // within a bf16 step (and a float32 sum's error) of the float64 product of the same operands
-  const at::Tensor exact = at::linear(x.to(at::kDouble), weight.to(at::kDouble), bias.to(at::kDouble));
-  const at::Tensor err = (packed.to(at::kDouble) - exact).abs() - exact.abs() * std::ldexp(1.0, -8) - 1e-6;
-  EXPECT_LE(err.max().item<double>(), 0.0);
-  // a change of the weight packs it again
-  {
-    PackedLinearScope scope;
-    weight.mul_(2);
-    EXPECT_TRUE(at::equal(scoped_linear(x, weight, bias).view({21, 40}),
-                          bf16_matmul(x.view({21, 48}), weight.t(), at::kBFloat16, bias)));
-  }
+  pack_in_place(weight, at::kBFloat16);
+  EXPECT_TRUE(at::equal(scoped_linear(x, weight), bf16_matmul(x.to(at::kBFloat16), rounded.t(), at::kFloat)));
 }
 
 }  // namespace

@@ -9,9 +9,9 @@
 #      and with LibTorch 2.x the profile of 2 more (LOGDIR/profile-PRECISION.txt);
 #   3. generation with the fixture checkpoint (test, 1,000 sentences, beam 5, batch 128) in float32,
 #      --bf16 and --quantize int8: sentences/s and sacreBLEU against the references.
-# On a CPU with bf16 products (AVX512_BF16 or AMX-BF16) bf16 runs on them; elsewhere training
-# widens bf16's products to float32 (nn/widened_bf16) and generation refuses --bf16 (its row says
-# so). The GPU run (tools/gpu/run.sh) calls this on the GPU machine's CPU, beside its GPU steps.
+# On a CPU with bf16 products (AVX512_BF16 or AMX-BF16) bf16 training runs on them; elsewhere it
+# widens bf16's products to float32 (nn/widened_bf16). Generation's --bf16 needs AVX512_BF16 and is
+# refused elsewhere (its row says so). The GPU run (tools/gpu/run.sh) calls this on the GPU machine's CPU, beside its GPU steps.
 #
 #   tools/bench/cpu_bf16.sh BUILD_DIR LOGDIR [UPDATES] [PAIRS]     (default 40 updates, 2 pairs)
 # Environment: CORES (a taskset list, e.g. 14,15: every process pinned there), PYTHON (a Python with

@@ -4,7 +4,7 @@
 # README (42.26 sentences/s, 632.82 tokens/s on a quiet machine of this class), plus, run in the
 # same invocation, the same search one batch at a time on both intra-op threads (how fairseq and
 # fairseq-cpp before it searched) as a baseline; then ours (float32 and --quantize int8, and --bf16
-# on a CPU with bf16 products) against CTranslate2 float32 and int8 on the same model, whole
+# on a CPU with AVX512_BF16) against CTranslate2 float32 and int8 on the same model, whole
 # processes, with peak RSS and BLEU (the second half below).
 #
 #   tools/bench/generate.sh [BUILD_DIR] [RUNS]        (default: build, 3 runs; prints medians)
@@ -69,8 +69,8 @@ engines=(ours ours-int8 ct2-float32 ct2-int8)
 # Our int8 kernel needs AVX-512 VNNI or AVX2 with FMA: without them, float32 only.
 grep -qwE 'avx512_vnni|avx2' /proc/cpuinfo && grep -qw fma /proc/cpuinfo ||
   { engines=(ours ct2-float32); echo "(neither AVX-512 VNNI nor AVX2 on this CPU: float32 only)"; }
-# --bf16 (issue 37) where the CPU multiplies bf16 in hardware (elsewhere the program refuses it).
-grep -qw -e avx512_bf16 -e amx_bf16 /proc/cpuinfo && engines+=(ours-bf16)
+# --bf16 (issue 37) where the CPU has AVX512_BF16 (elsewhere the program refuses it).
+grep -qw avx512_bf16 /proc/cpuinfo && engines+=(ours-bf16)
 run_engine() {  # ENGINE RUN: one whole process; its output in $tmp/ENGINE.RUN.{txt,log,time}
   local engine=$1 i=$2 out="$tmp/$1.$2"
   case "$engine" in

@@ -3,7 +3,8 @@
 # same weights: for each size, a training checkpoint of that model (one update of
 # fairseq-cpp-train on Multi30k with a joint SentencePiece vocabulary, so the file carries adam's
 # state, as a user's checkpoint does), converted for CTranslate2 by tools/bench/ct2_convert.py;
-# then ours (float32, --quantize int8) and CTranslate2 (float32, int8) on the first 256 test
+# then ours (float32, --quantize int8, and --bf16 on a CPU with AVX512_BF16) and CTranslate2
+# (float32, int8; it has no bf16 on the CPU, so ours in bf16 is set against its float32) on the first 256 test
 # sentences, every output forced to 40 tokens (--min-len 40 --max-len-b 40 and CTranslate2's
 # min/max decoding length), beam 5, batches of 64 sentences, 2 threads, each run a whole process
 # timed by /usr/bin/time: wall seconds and peak RSS, medians of RUNS runs.
@@ -51,8 +52,8 @@ size_spec() {
 
 # Data-bin, checkpoint and CTranslate2 models of one size, under $work/SIZE.
 prepare() {
-  local size=$1 arch vocab config dir
-  read -r arch vocab config <<<"$(size_spec "$size")"
+  local size=$1 vocab config dir
+  read -r _ vocab config <<<"$(size_spec "$size")"
   dir="$work/$size"
   if [[ ! -f "$dir/bin/dict.en.txt" ]]; then
     "$build/fairseq-cpp-preprocess" --source-lang en --target-lang de --joined-dictionary \
@@ -79,12 +80,13 @@ prepare() {
 run_engine() {  # SIZE ENGINE RUN: one whole process; "SECONDS KB" in $work/SIZE.ENGINE.RUN.time
   local size=$1 engine=$2 i=$3 dir="$work/$1" out="$work/$1.$2.$3"
   case "$engine" in
-    ours | ours-int8)
-      local quantize=none
-      [[ $engine == ours-int8 ]] && quantize=int8
+    ours | ours-int8 | ours-bf16)
+      local precision=(--quantize none)
+      [[ $engine == ours-int8 ]] && precision=(--quantize int8)
+      [[ $engine == ours-bf16 ]] && precision=(--bf16)
       /usr/bin/time -f '%e %M' -o "$out.time" "$build/fairseq-cpp-generate" "$dir/bin" \
         --path "$dir/ckpt/checkpoint_last.pt" --gen-subset test --beam 5 --batch-size 64 \
-        --min-len 40 --max-len-a 0 --max-len-b 40 --cpu-threads 2 --quantize "$quantize" --quiet \
+        --min-len 40 --max-len-a 0 --max-len-b 40 --cpu-threads 2 "${precision[@]}" --quiet \
         >"$out.txt" 2>"$out.err" || { tail -3 "$out.err" >&2; exit 1; }
       grep '^| Translated' "$out.txt" >"$out.log" ;;
     ct2-*)
@@ -101,8 +103,11 @@ engines=(ours ct2-float32 ours-int8 ct2-int8)
 # Our int8 kernel needs AVX-512 VNNI or AVX2 with FMA: without them, float32 only.
 grep -qwE 'avx512_vnni|avx2' /proc/cpuinfo && grep -qw fma /proc/cpuinfo ||
   { engines=(ours ct2-float32); echo "(neither AVX-512 VNNI nor AVX2 on this CPU: float32 only)"; }
+# --bf16 where the CPU has AVX512_BF16 (elsewhere the program refuses it).
+grep -qw avx512_bf16 /proc/cpuinfo && engines+=(ours-bf16)
 declare -A names=([ours]="fairseq-cpp-generate float32" [ours-int8]="fairseq-cpp-generate --quantize int8"
-  [ct2-float32]="CTranslate2 float32" [ct2-int8]="CTranslate2 int8")
+  [ours-bf16]="fairseq-cpp-generate --bf16 (vs CT2 float32)" [ct2-float32]="CTranslate2 float32"
+  [ct2-int8]="CTranslate2 int8")
 cpu="$(lscpu | sed -n 's/^Model name: *//p' | head -1)"
 echo "Translation's peak RSS and wall time against CTranslate2 $("$python" -c 'import ctranslate2; print(ctranslate2.__version__)')" \
   "on $cpu, $(nproc) cores: 256 Multi30k test sentences forced to 40 tokens, beam 5, batch 64, 2 threads;" \

@@ -106,7 +106,7 @@ grep -qwE 'avx512_vnni|avx2' /proc/cpuinfo && grep -qw fma /proc/cpuinfo ||
 # --bf16 where the CPU has AVX512_BF16 (elsewhere the program refuses it).
 grep -qw avx512_bf16 /proc/cpuinfo && engines+=(ours-bf16)
 declare -A names=([ours]="fairseq-cpp-generate float32" [ours-int8]="fairseq-cpp-generate --quantize int8"
-  [ours-bf16]="fairseq-cpp-generate --bf16 (vs CT2 float32)" [ct2-float32]="CTranslate2 float32"
+  [ours-bf16]="fairseq-cpp-generate --bf16" [ct2-float32]="CTranslate2 float32"
   [ct2-int8]="CTranslate2 int8")
 cpu="$(lscpu | sed -n 's/^Model name: *//p' | head -1)"
 echo "Translation's peak RSS and wall time against CTranslate2 $("$python" -c 'import ctranslate2; print(ctranslate2.__version__)')" \
@@ -125,7 +125,7 @@ for size in "${size_list[@]}"; do
     wall="$(for i in $(seq "$runs"); do cut -d' ' -f1 "$work/$size.$engine.$i.time"; done | median)"
     rss[$engine]="$(for i in $(seq "$runs"); do cut -d' ' -f2 "$work/$size.$engine.$i.time"; done | median)"
     tokens="$(sed -E 's/.*Translated [0-9]+ sentences \(([0-9]+) tokens\).*/\1/' "$work/$size.$engine.1.log")"
-    peer="ct2-float32"
+    peer="ct2-float32"  # also --bf16's: CTranslate2 has no bf16 on the CPU
     [[ $engine == *int8 ]] && peer="ct2-int8"
     vs="-"
     [[ $engine == ours* ]] && vs="$(printf '%.2fx' "$(echo "${rss[$engine]} / $(for i in $(seq "$runs"); do

@@ -104,7 +104,78 @@ struct MaskedDropout : public torch::autograd::Function<MaskedDropout> {
   }
 };
 
+// residual + x * keep * scale in one pass: x float32, or bf16 with the dropout's output rounded to
+// bf16 before the float32 add, as dropout then the add give it.
+at::Tensor add_masked(const at::Tensor& residual, const at::Tensor& x, const at::Tensor& keep, float scale) {
+  at::Tensor out = at::empty_like(residual, at::MemoryFormat::Contiguous);
+  const float* r = residual.data_ptr<float>();
+  const uint8_t* k = keep.data_ptr<uint8_t>();
+  float* o = out.data_ptr<float>();
+  constexpr int64_t kGrain = 16384;
+  if (x.scalar_type() == at::kBFloat16) {
+    const auto* in = reinterpret_cast<const uint16_t*>(x.data_ptr<at::BFloat16>());
+    at::parallel_for(0, x.numel(), kGrain, [&](int64_t first, int64_t last) {
+      for (int64_t i = first; i < last; ++i)
+        o[i] = r[i] + widen_bf16(round_to_bf16(widen_bf16(in[i]) * (static_cast<float>(k[i]) * scale)));
+    });
+    return out;
+  }
+  const float* in = x.data_ptr<float>();
+  at::parallel_for(0, x.numel(), kGrain, [&](int64_t first, int64_t last) {
+    for (int64_t i = first; i < last; ++i) {
+      const float dropped = in[i] * (static_cast<float>(k[i]) * scale);  // rounded, as dropout's output is
+      o[i] = r[i] + dropped;                                             // (two statements: never one FMA)
+    }
+  });
+  return out;
+}
+
+// The gradient of a bf16 x: the float32 gradient rounded to bf16 (as autograd casts it for a bf16
+// input of the add), then masked and scaled as the dropout's backward does.
+at::Tensor round_and_mask(const at::Tensor& grad, const at::Tensor& keep, float scale) {
+  at::Tensor out = at::empty(grad.sizes(), grad.options().dtype(at::kBFloat16));
+  const float* g = grad.data_ptr<float>();
+  const uint8_t* k = keep.data_ptr<uint8_t>();
+  auto* o = reinterpret_cast<uint16_t*>(out.data_ptr<at::BFloat16>());
+  at::parallel_for(0, grad.numel(), 16384, [&](int64_t first, int64_t last) {
+    for (int64_t i = first; i < last; ++i)
+      o[i] = round_to_bf16(widen_bf16(round_to_bf16(g[i])) * (static_cast<float>(k[i]) * scale));
+  });
+  return out;
+}
+
+struct ResidualDropout : public torch::autograd::Function<ResidualDropout> {
+  static at::Tensor forward(torch::autograd::AutogradContext* ctx, const at::Tensor& residual, const at::Tensor& x,
+                            double p) {
+    at::Tensor keep = draw_mask(x.sizes(), p, draw_seed());
+    const auto scale = static_cast<float>(1.0 / (1.0 - p));
+    ctx->save_for_backward({keep});
+    ctx->saved_data["scale"] = static_cast<double>(scale);
+    ctx->saved_data["bf16"] = x.scalar_type() == at::kBFloat16;
+    return add_masked(residual, x, keep, scale);
+  }
+
+  static torch::autograd::variable_list backward(torch::autograd::AutogradContext* ctx,
+                                                 torch::autograd::variable_list grads) {
+    const at::Tensor keep = ctx->get_saved_variables()[0];
+    const auto scale = static_cast<float>(ctx->saved_data["scale"].toDouble());
+    const at::Tensor grad = grads[0].contiguous();
+    at::Tensor grad_x =
+        ctx->saved_data["bf16"].toBool() ? round_and_mask(grad, keep, scale) : apply_mask(grad, keep, scale);
+    return {grad, grad_x, at::Tensor()};
+  }
+};
+
 }  // namespace
+
+at::Tensor residual_dropout(const at::Tensor& residual, const at::Tensor& x, double p, bool training) {
+  const bool fused = training && p > 0.0 && p < 1.0 && x.numel() > 0 && residual.is_cpu() && x.is_cpu() &&
+                     residual.scalar_type() == at::kFloat &&
+                     (x.scalar_type() == at::kFloat || x.scalar_type() == at::kBFloat16) &&
+                     residual.sizes() == x.sizes() && residual.is_contiguous() && x.is_contiguous();
+  if (!fused) return residual + nn::dropout(x, p, training);
+  return ResidualDropout::apply(residual, x, p);
+}
 
 at::Tensor dropout_keep_mask(at::IntArrayRef sizes, double p) { return draw_mask(sizes, p, draw_seed()); }
 

@@ -16,6 +16,12 @@ namespace fairseq_cpp::nn {
 // `training` and p > 0; x itself otherwise. Differentiable.
 at::Tensor dropout(const at::Tensor& x, double p, bool training);
 
+// residual + dropout(x, p, training): the same values, gradients and mask to the bit. On the CPU
+// while training, for a float32 residual and a float32 or bf16 x of its shape, both contiguous, in
+// one pass forward and one backward (before: the dropout's pass, then the add, which widened a
+// bf16 x into a float32 copy first; backward, the bf16 gradient's rounding, then the dropout's).
+at::Tensor residual_dropout(const at::Tensor& residual, const at::Tensor& x, double p, bool training);
+
 // The mask such a dropout uses: uint8, 1 with probability 1 - p, drawn the same way.
 at::Tensor dropout_keep_mask(at::IntArrayRef sizes, double p);
 

@@ -3,7 +3,8 @@
 // at every use. Under autocast, each linear layer casts its float32 weight and bias to bf16 in
 // every forward pass (a kernel per tensor), and backward casts each bf16 gradient back to float32
 // and adds it to the weight's gradient (two more). Here the weights are copied into one flat bf16
-// buffer in one kernel after the update, nn::scoped_linear multiplies by those copies, their
+// buffer in one kernel after the update, nn::scoped_linear multiplies by those copies (as does
+// nn::MultiheadAttention's joint projection of q, k and v, by the copies concatenated), their
 // gradients accumulate in a flat bf16 buffer, and that is added to the float32 gradients in one
 // kernel per range (a gradient bucket, or all of it). The bits are autocast's: the same rounding
 // of each weight, the same bf16 products, and each copy's gradient, added to zero and then cast,
@@ -30,7 +31,8 @@ namespace fairseq_cpp::nn {
 class LowPrecisionCopies {
  public:
   // `params` are float32 views of `flat_params`'s consecutive slices, in order; `copied[i]` says
-  // whether params[i] is read only through nn::scoped_linear (a linear layer's weight or bias),
+  // whether params[i] is read only through nn::scoped_linear (a linear layer's weight or bias;
+  // or through low_precision_copy, as attention's joint projections read them),
   // so that its copy can take all of its gradient. Copies of those, in `dtype`, are registered
   // for scoped_linear; refresh() fills them.
   LowPrecisionCopies(const std::vector<at::Tensor>& params, const at::Tensor& flat_params,

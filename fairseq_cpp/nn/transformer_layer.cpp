@@ -71,15 +71,14 @@ at::Tensor TransformerEncoderLayerImpl::forward(const at::Tensor& input, const a
   at::Tensor residual = input;
   at::Tensor x = maybe_norm(self_attn_layer_norm_, input, pre, true);
   x = self_attn_->forward(x, x, padding_mask, at::Tensor());
-  x = residual + nn::dropout(x, options_.dropout, train);
+  x = nn::residual_dropout(residual, x, options_.dropout, train);
   x = maybe_norm(self_attn_layer_norm_, x, pre, false);
 
   residual = x;
   x = maybe_norm(final_layer_norm_, x, pre, true);
   x = activation(options_.activation_fn, scoped_linear(x, fc1_->weight, fc1_->bias));
   x = nn::dropout(x, options_.activation_dropout, train);
-  x = nn::dropout(scoped_linear(x, fc2_->weight, fc2_->bias), options_.dropout, train);
-  x = residual + x;
+  x = nn::residual_dropout(residual, scoped_linear(x, fc2_->weight, fc2_->bias), options_.dropout, train);
   return maybe_norm(final_layer_norm_, x, pre, false);
 }
 
@@ -103,25 +102,25 @@ at::Tensor TransformerDecoderLayerImpl::forward(const at::Tensor& input, const a
   at::Tensor residual = input;
   at::Tensor x = maybe_norm(self_attn_layer_norm_, input, pre, true);
   x = self_attn_->forward(x, x, self_padding_mask, self_attn_mask, cache ? &cache->self_attn : nullptr, false);
-  x = residual + nn::dropout(x, options_.dropout, train);
+  x = nn::residual_dropout(residual, x, options_.dropout, train);
   x = maybe_norm(self_attn_layer_norm_, x, pre, false);
 
   residual = x;
   x = maybe_norm(encoder_attn_layer_norm_, x, pre, true);
-  // Through an alias, the gradients of this layer's keys and values are summed before they join
-  // the other layers': the same sums whether the layer is checkpointed (nn/checkpoint.h) or not.
+  // Through an alias, this layer's gradient of the encoder's states (its keys' and values', summed;
+  // under autocast one product's) joins the other layers' as one tensor: the same sums whether the
+  // layer is checkpointed (nn/checkpoint.h) or not.
   const at::Tensor states = encoder_out.defined() ? encoder_out.alias() : encoder_out;
   x = encoder_attn_->forward(x, states, encoder_padding_mask, at::Tensor(), cache ? &cache->encoder_attn : nullptr,
                              true, encoder_attn);
-  x = residual + nn::dropout(x, options_.dropout, train);
+  x = nn::residual_dropout(residual, x, options_.dropout, train);
   x = maybe_norm(encoder_attn_layer_norm_, x, pre, false);
 
   residual = x;
   x = maybe_norm(final_layer_norm_, x, pre, true);
   x = activation(options_.activation_fn, scoped_linear(x, fc1_->weight, fc1_->bias));
   x = nn::dropout(x, options_.activation_dropout, train);
-  x = nn::dropout(scoped_linear(x, fc2_->weight, fc2_->bias), options_.dropout, train);
-  x = residual + x;
+  x = nn::residual_dropout(residual, scoped_linear(x, fc2_->weight, fc2_->bias), options_.dropout, train);
   return maybe_norm(final_layer_norm_, x, pre, false);
 }
 

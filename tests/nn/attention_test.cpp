@@ -16,6 +16,7 @@
 
 #include "fairseq_cpp/core/runtime.h"
 #include "fairseq_cpp/nn/attention.h"
+#include "fairseq_cpp/optim/mixed_precision.h"
 #include "tests/support/devices.h"
 
 namespace fairseq_cpp::nn {
@@ -454,6 +455,48 @@ TEST_P(Attention, PaddedKeysDoNotChangeTheResult) {
   at::Tensor a = mha->forward(query, keys, at::Tensor(), at::Tensor()).to(torch::kCPU);
   at::Tensor b = mha->forward(query, padded, pad_mask, at::Tensor()).to(torch::kCPU);
   EXPECT_LT((a - b).abs().max().item<double>(), tolerance(1e-6));
+}
+
+// Under autocast the module projects one input by several layers in one product (self-attention's
+// q, k and v; the encoder attention's k and v): its output and every gradient stay within bf16's
+// rounding of the float32 module's, which projects them one by one (a layer's weight or output
+// taken for another's would be off by the whole value).
+TEST_P(Attention, UnderAutocastJointProjectionsKeepEachLayersOutputAndGradients) {
+  torch::manual_seed(2);
+  MultiheadAttention mha(MultiheadAttentionOptions{16, 2, 0.0});
+  mha->to(device());
+  const at::Tensor x0 = torch::randn({2, 5, 16}).to(device()), memory0 = torch::randn({2, 7, 16}).to(device());
+  const at::Tensor upstream = torch::randn({2, 5, 16}).to(device());
+  for (bool self : {true, false}) {
+    SCOPED_TRACE(self ? "self-attention" : "encoder attention");
+    std::vector<at::Tensor> results[2];
+    for (int bf16 = 0; bf16 < 2; ++bf16) {
+      mha->zero_grad();
+      at::Tensor x = x0.clone().requires_grad_(true), memory = memory0.clone().requires_grad_(true);
+      at::Tensor out;
+      {
+        std::unique_ptr<optim::AutocastScope> autocast;
+        if (bf16 == 1) autocast = std::make_unique<optim::AutocastScope>(optim::Precision::kBFloat16, device().type());
+        out = mha->forward(x, self ? x : memory, at::Tensor(), at::Tensor());
+      }
+      if (bf16 == 1) {
+        EXPECT_EQ(out.scalar_type(), at::kBFloat16);
+      }
+      out.to(at::kFloat).backward(upstream);
+      results[bf16].push_back(out.to(at::kFloat).cpu());
+      results[bf16].push_back(x.grad().cpu());
+      results[bf16].push_back(self ? at::zeros({1}) : memory.grad().cpu());
+      for (const auto& p : mha->named_parameters()) results[bf16].push_back(p.value().grad().cpu());
+      ASSERT_EQ(mha->named_parameters()[1].key(), "k_proj.bias");
+    }
+    ASSERT_EQ(results[0].size(), results[1].size());
+    for (size_t i = 0; i < results[0].size(); ++i) {
+      // k_proj.bias (result 4) adds the same q.b to every score of a query, which softmax ignores:
+      // its gradient is zero but for rounding, measured against k_proj.weight's (result 3)
+      const double scale = results[0][i == 4 ? 3 : i].abs().max().item<double>();
+      EXPECT_LE((results[1][i] - results[0][i]).abs().max().item<double>(), 0.03 * scale + 1e-6) << "result " << i;
+    }
+  }
 }
 
 INSTANTIATE_TEST_SUITE_P(Devices, Attention, ::testing::ValuesIn(testing::test_devices()), testing::device_name);

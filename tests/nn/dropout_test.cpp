@@ -127,6 +127,55 @@ TEST(Dropout, Bf16IsTheFloat32ProductRoundedOnceWithTheSameMask) {
   }
 }
 
+// The residual add fused with the dropout: the unfused residual + dropout(x) to the bit, forward
+// and both gradients, for float32 and bf16 x (rounding ties, NaN and infinities included), the same
+// mask for the same seed; the unfused way where it does not apply.
+TEST_P(Dropout, ResidualDropoutIsTheAddOfTheDropoutToTheBit) {
+  for (c10::ScalarType dtype : {at::kFloat, at::kBFloat16}) {
+    SCOPED_TRACE(dtype == at::kFloat ? "float32" : "bf16");
+    torch::manual_seed(11);
+    const at::Tensor r0 = torch::randn({3, 70, 33}).to(device());
+    at::Tensor x0 = (torch::randn({3, 70, 33}) * 3).to(dtype);
+    x0.index_put_({0, 0, 0}, std::numeric_limits<float>::quiet_NaN());
+    x0.index_put_({0, 0, 1}, std::numeric_limits<float>::infinity());
+    x0 = x0.to(device());
+    at::Tensor upstream = torch::randn({3, 70, 33});
+    upstream.index_put_({1, 0, 0}, 1.0F + 1.0F / 256);  // a tie when rounded to bf16
+    upstream = upstream.to(device());
+    at::Tensor out[2], grad_r[2], grad_x[2], next_draw[2];
+    for (int fused = 0; fused < 2; ++fused) {
+      at::Tensor r = r0.clone().requires_grad_(true), x = x0.clone().requires_grad_(true);
+      torch::manual_seed(5);
+      out[fused] = fused == 1 ? residual_dropout(r, x, 0.1, true) : r + nn::dropout(x, 0.1, true);
+      next_draw[fused] = torch::rand({4});  // the generator left where the dropout leaves it
+      if (fused == 1 && device().is_cpu()) {
+        EXPECT_NE(out[1].grad_fn()->name().find("ResidualDropout"), std::string::npos) << out[1].grad_fn()->name();
+      }
+      out[fused].backward(upstream);
+      grad_r[fused] = r.grad();
+      grad_x[fused] = x.grad();
+    }
+    ASSERT_EQ(out[1].scalar_type(), at::kFloat);
+    ASSERT_EQ(grad_x[1].scalar_type(), dtype);
+    EXPECT_TRUE(torch::equal(out[0].isnan(), out[1].isnan()));
+    EXPECT_TRUE(torch::equal(out[0].nan_to_num(0, 1, -1), out[1].nan_to_num(0, 1, -1)));
+    EXPECT_TRUE(torch::equal(grad_r[0], grad_r[1]));
+    EXPECT_TRUE(torch::equal(grad_x[0], grad_x[1]));
+    EXPECT_TRUE(torch::equal(next_draw[0], next_draw[1]));
+    const double kept = (grad_x[1] != 0).to(at::kFloat).mean().item<double>();
+    EXPECT_NEAR(kept, 0.9, 0.03);
+  }
+  // not training, p = 0: the add alone
+  const at::Tensor r = torch::randn({4, 5}).to(device()), x = torch::randn({4, 5}).to(device());
+  EXPECT_TRUE(torch::equal(residual_dropout(r, x, 0.1, false), r + x));
+  EXPECT_TRUE(torch::equal(residual_dropout(r, x, 0.0, true), r + x));
+  // a residual that broadcasts: the unfused way, the same mask
+  torch::manual_seed(6);
+  const at::Tensor broadcast = residual_dropout(r[0], x, 0.3, true);
+  torch::manual_seed(6);
+  EXPECT_TRUE(torch::equal(broadcast, r[0] + nn::dropout(x, 0.3, true)));
+}
+
 INSTANTIATE_TEST_SUITE_P(Devices, Dropout, ::testing::ValuesIn(testing::test_devices()), testing::device_name);
 
 }  // namespace

@@ -35,6 +35,26 @@ std::shared_ptr<TransformerModel> tiny_model(bool share_output, bool share_all =
   return model;
 }
 
+// Three sentences for the tiny model, and their log-probabilities.
+struct TinyBatch {
+  at::Tensor src = torch::tensor({1, 1, 5, 6, 2, 7, 8, 9, 10, 2, 1, 11, 12, 13, 2}).view({3, 5});
+  at::Tensor lengths = torch::tensor({3, 5, 4});
+  at::Tensor prev = torch::tensor({2, 14, 15, 16, 17, 18, 2, 19, 20, 21, 22, 23, 2, 24, 25, 26, 27, 28}).view({3, 6});
+  at::Tensor log_probs(TransformerModel& model) const {
+    return EncoderDecoderModel::log_probs(model.decode(prev, model.encode(src, lengths)));
+  }
+};
+
+// The model's linear layers' weights (attention projections, fc1, fc2), by name.
+size_t linear_weight_count(TransformerModel& model) {
+  size_t linear = 0;
+  for (const auto& p : model.named_parameters()) {
+    if (ends_with(p.key(), "proj.weight") || ends_with(p.key(), "fc1.weight") || ends_with(p.key(), "fc2.weight"))
+      ++linear;
+  }
+  return linear;
+}
+
 TEST(QuantizeInt8, QuantizesEveryLinearLayerAndTheOutputProjection) {
   if (!nn::int8_linear_supported()) {
     auto model = tiny_model(false);
@@ -49,11 +69,7 @@ TEST(QuantizeInt8, QuantizesEveryLinearLayerAndTheOutputProjection) {
   for (bool shared : {false, true}) {
     auto model = tiny_model(shared);
     const std::string output = shared ? "decoder.embed_tokens.weight" : "decoder.embed_out";
-    size_t linear = 0;
-    for (const auto& p : model->named_parameters()) {
-      if (ends_with(p.key(), "proj.weight") || ends_with(p.key(), "fc1.weight") || ends_with(p.key(), "fc2.weight"))
-        ++linear;
-    }
+    const size_t linear = linear_weight_count(*model);
     ASSERT_GT(linear, 0u);
     EXPECT_EQ(quantize_int8(*model), linear + 1);
     for (const auto& p : model->named_parameters()) {
@@ -145,23 +161,17 @@ TEST(QuantizeInt8, LogProbabilitiesStayCloseToFloat32s) {
 TEST(PackWeightsInPlace, FreesEveryLinearWeightAndGivesThePackedKernelsBits) {
   if (!nn::packed_linear_supported()) GTEST_SKIP() << "this CPU has neither AVX-512F nor AVX2 with FMA";
   torch::NoGradGuard no_grad;
-  at::Tensor src = torch::tensor({1, 1, 5, 6, 2, 7, 8, 9, 10, 2, 1, 11, 12, 13, 2}).view({3, 5});
-  at::Tensor lengths = torch::tensor({3, 5, 4});
-  at::Tensor prev = torch::tensor({2, 14, 15, 16, 17, 18, 2, 19, 20, 21, 22, 23, 2, 24, 25, 26, 27, 28}).view({3, 6});
+  const TinyBatch batch;
   for (bool shared : {false, true}) {
     auto model = tiny_model(shared);
-    auto log_probs = [&] { return EncoderDecoderModel::log_probs(model->decode(prev, model->encode(src, lengths))); };
+    auto log_probs = [&] { return batch.log_probs(*model); };
     const at::Tensor float32 = log_probs();  // torch's linear
     at::Tensor packed_copies;                // the packed kernel on packed copies of the weights
     {
       nn::PackedLinearScope scope;
       packed_copies = log_probs();
     }
-    size_t linear = 0;
-    for (const auto& p : model->named_parameters()) {
-      if (ends_with(p.key(), "proj.weight") || ends_with(p.key(), "fc1.weight") || ends_with(p.key(), "fc2.weight"))
-        ++linear;
-    }
+    const size_t linear = linear_weight_count(*model);
     ASSERT_GT(linear, 0u);
     // And the output projection, its own or the embedding it shares (whose lookups then read the
     // packed rows).
@@ -185,20 +195,14 @@ TEST(PackWeightsInPlace, FreesEveryLinearWeightAndGivesThePackedKernelsBits) {
 TEST(PackWeightsInPlace, AsBf16TheLogProbabilitiesStayCloseToFloat32s) {
   if (!nn::bf16_gemm_supported()) GTEST_SKIP() << "this CPU has no AVX512_BF16 (--bf16 is refused here)";
   torch::NoGradGuard no_grad;
-  at::Tensor src = torch::tensor({1, 1, 5, 6, 2, 7, 8, 9, 10, 2, 1, 11, 12, 13, 2}).view({3, 5});
-  at::Tensor lengths = torch::tensor({3, 5, 4});
-  at::Tensor prev = torch::tensor({2, 14, 15, 16, 17, 18, 2, 19, 20, 21, 22, 23, 2, 24, 25, 26, 27, 28}).view({3, 6});
+  const TinyBatch batch;
   for (bool shared : {false, true}) {
     auto model = tiny_model(shared);
-    auto log_probs = [&] { return EncoderDecoderModel::log_probs(model->decode(prev, model->encode(src, lengths))); };
+    auto log_probs = [&] { return batch.log_probs(*model); };
     const at::Tensor float32 = log_probs();
     const at::Tensor embedding_weight = model->named_parameters()["decoder.embed_tokens.weight"];
     const at::Tensor embedding = embedding_weight.clone();
-    size_t linear = 0;
-    for (const auto& p : model->named_parameters()) {
-      if (ends_with(p.key(), "proj.weight") || ends_with(p.key(), "fc1.weight") || ends_with(p.key(), "fc2.weight"))
-        ++linear;
-    }
+    const size_t linear = linear_weight_count(*model);
     EXPECT_EQ(pack_weights_in_place(*model, at::kBFloat16), linear + 1);
     const std::string output = shared ? "decoder.embed_tokens.weight" : "decoder.embed_out";
     for (const auto& p : model->named_parameters()) {
@@ -216,8 +220,8 @@ TEST(PackWeightsInPlace, AsBf16TheLogProbabilitiesStayCloseToFloat32s) {
     EXPECT_LT(diff, 0.04) << "shared " << shared;
     EXPECT_LT((bf16 - float32).abs().mean().item<double>(), 0.008) << "shared " << shared;
     if (shared) {  // the decoder's lookups read the rounded rows of the shared embedding
-      const at::Tensor rows = nn::packed_rows(embedding_weight, prev);
-      EXPECT_TRUE(torch::equal(rows, embedding.to(at::kBFloat16).to(at::kFloat).index({prev})));
+      const at::Tensor rows = nn::packed_rows(embedding_weight, batch.prev);
+      EXPECT_TRUE(torch::equal(rows, embedding.to(at::kBFloat16).to(at::kFloat).index({batch.prev})));
     }
   }
 }

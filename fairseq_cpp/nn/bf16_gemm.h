@@ -2,12 +2,13 @@
 // bf16 matrix products on CPUs with AVX512_BF16 (AMD Zen 4 and later, Intel Cooper Lake and
 // Sapphire Rapids and later), for --bf16 generation: each weight is packed once, in place
 // (nn::pack_in_place), where LibTorch's bf16 linear (oneDNN) reorders it at every call, and the
-// float32 activations are rounded to bf16 as they are packed. B is packed into panels of 32 columns x K whose pairs of
-// rows are interleaved (the layout VDPBF16PS reads), A is read in place where its rows hold whole pairs, and a
-// register-blocked kernel (12 rows x 32 columns, 24 float32 accumulators) takes two k at a time. On a 2-core Zen 4 it
-// ran a Multi30k update's 12 products (0.15-0.45 TFLOP/s by shape) in 0.97x the time of LibTorch 1.13's bf16 products
-// (oneDNN) and 0.49x SGEMM's (tools/bench/bf16_gemm.cpp): training keeps LibTorch's products, since the kernel in their
-// place was not faster in a whole-process A/B.
+// float32 activations are rounded to bf16 as they are packed. B is packed into panels of 32
+// columns x K whose pairs of rows are interleaved (the layout VDPBF16PS reads), A is read in place
+// where its rows hold whole pairs, and a register-blocked kernel (12 rows x 32 columns, 24 float32
+// accumulators) takes two k at a time. On a 2-core Zen 4 it ran a Multi30k update's 12 products
+// (0.15-0.45 TFLOP/s by shape) in 0.97x the time of LibTorch 1.13's bf16 products (oneDNN) and
+// 0.49x SGEMM's (tools/bench/bf16_gemm.cpp): training keeps LibTorch's products, since the kernel
+// in their place was not faster in a whole-process A/B.
 //
 // Arithmetic: each product of two bf16 values is exact in float32, summed in float32 two at a time
 // as VDPBF16PS adds them (each addition rounded to nearest even), so the result is within K * 2^-24

@@ -12,6 +12,7 @@ namespace fairseq_cpp::nn {
 namespace {
 
 constexpr int64_t kBlock = 4096;  // elements per random stream; fixed, so threads do not matter
+constexpr int64_t kGrain = 16384;  // elements per thread's share of an elementwise pass, at least
 
 uint64_t splitmix64(uint64_t& state) {
   uint64_t z = (state += 0x9E3779B97F4A7C15ULL);
@@ -68,7 +69,6 @@ inline float widen_bf16(uint16_t h) {
 at::Tensor apply_mask(const at::Tensor& x, const at::Tensor& keep, float scale) {
   at::Tensor out = at::empty_like(x, at::MemoryFormat::Contiguous);
   const uint8_t* k = keep.data_ptr<uint8_t>();
-  constexpr int64_t kGrain = 16384;
   if (x.scalar_type() == at::kBFloat16) {
     const auto* in = reinterpret_cast<const uint16_t*>(x.data_ptr<at::BFloat16>());
     auto* o = reinterpret_cast<uint16_t*>(out.data_ptr<at::BFloat16>());
@@ -111,7 +111,6 @@ at::Tensor add_masked(const at::Tensor& residual, const at::Tensor& x, const at:
   const float* r = residual.data_ptr<float>();
   const uint8_t* k = keep.data_ptr<uint8_t>();
   float* o = out.data_ptr<float>();
-  constexpr int64_t kGrain = 16384;
   if (x.scalar_type() == at::kBFloat16) {
     const auto* in = reinterpret_cast<const uint16_t*>(x.data_ptr<at::BFloat16>());
     at::parallel_for(0, x.numel(), kGrain, [&](int64_t first, int64_t last) {
@@ -137,7 +136,7 @@ at::Tensor round_and_mask(const at::Tensor& grad, const at::Tensor& keep, float 
   const float* g = grad.data_ptr<float>();
   const uint8_t* k = keep.data_ptr<uint8_t>();
   auto* o = reinterpret_cast<uint16_t*>(out.data_ptr<at::BFloat16>());
-  at::parallel_for(0, grad.numel(), 16384, [&](int64_t first, int64_t last) {
+  at::parallel_for(0, grad.numel(), kGrain, [&](int64_t first, int64_t last) {
     for (int64_t i = first; i < last; ++i)
       o[i] = round_to_bf16(widen_bf16(round_to_bf16(g[i])) * (static_cast<float>(k[i]) * scale));
   });

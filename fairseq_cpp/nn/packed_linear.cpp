@@ -113,9 +113,8 @@ class PackedWeights {
     auto it = entries_.find(weight.unsafeGetTensorImpl());
     TORCH_CHECK(it == entries_.end() || !it->second.frozen || it->second.owner.expired(),
                 "pack_in_place: the weight is packed in place already");
-    Entry& e = find_or_pack(weight, packed_as);
-    if (!e.frozen) ++frozen_;
-    e.frozen = true;
+    find_or_pack(weight, packed_as).frozen = true;
+    ++frozen_;
   }
   size_t live() {
     std::lock_guard<std::mutex> lock(mutex_);
@@ -278,30 +277,22 @@ size_t packed_weight_count() { return packed_weights().live(); }
 
 namespace {
 
-// x (..., K) @ the weight (N, K)^T + bias, its panels bf16: the AVX512_BF16 kernel, out in x's dtype.
-at::Tensor multiply_bf16(const at::Tensor& x, const PackedWeights::Packed& packed, const at::Tensor& bias) {
-  TORCH_CHECK(x.size(-1) == packed.k, "packed_linear: the input's last dimension is ", x.size(-1), ", the weight's ",
-              packed.k);
-  std::vector<int64_t> out_shape(x.sizes().begin(), x.sizes().end());
-  out_shape.back() = packed.n;
-  return bf16_matmul(x.reshape({-1, packed.k}), Bf16PackedB{packed.panels, packed.k, packed.n}, x.scalar_type(), bias)
-      .view(out_shape);
-}
-
-// x (..., K) @ the packed weight (N, K)^T + bias, on the kernels of this CPU.
+// x (..., K) @ the packed weight (N, K)^T + bias, on the kernels of this CPU; bf16 panels: the
+// AVX512_BF16 kernel, out in x's dtype.
 at::Tensor multiply(const at::Tensor& x, const PackedWeights::Packed& packed, const at::Tensor& bias) {
-  if (packed.dtype == at::kBFloat16) return multiply_bf16(x, packed, bias);
   const int64_t n = packed.n, k = packed.k;
-  TORCH_CHECK(x.device().is_cpu() && x.scalar_type() == at::kFloat, "packed_linear: a float32 CPU input expected");
   TORCH_CHECK(x.size(-1) == k, "packed_linear: the input's last dimension is ", x.size(-1), ", the weight's ", k);
+  std::vector<int64_t> out_shape(x.sizes().begin(), x.sizes().end());
+  out_shape.back() = n;
+  if (packed.dtype == at::kBFloat16)
+    return bf16_matmul(x.reshape({-1, k}), Bf16PackedB{packed.panels, k, n}, x.scalar_type(), bias).view(out_shape);
+  TORCH_CHECK(x.device().is_cpu() && x.scalar_type() == at::kFloat, "packed_linear: a float32 CPU input expected");
   TORCH_CHECK(!bias.defined() || (bias.device().is_cpu() && bias.scalar_type() == at::kFloat && bias.numel() == n),
               "packed_linear: float32 CPU bias of N values expected");
   const at::Tensor& panels = packed.panels;
   const at::Tensor input = x.reshape({-1, k}).contiguous();
   const at::Tensor b = bias.defined() ? bias.contiguous() : bias;
   const int64_t m = input.size(0);
-  std::vector<int64_t> out_shape(x.sizes().begin(), x.sizes().end());
-  out_shape.back() = n;
   at::Tensor out = at::empty({m, n}, x.options());
 #ifdef FSQ_AVX512_KERNELS
   const float* xp = input.data_ptr<float>();

@@ -440,12 +440,26 @@ TEST_F(Recipes, Bf16TrainsAndValidatesCloseToFloat32) {
   ASSERT_EQ(va.size(), vb.size());
   const double la = va.back()["valid_loss"].get<double>(), lb = vb.back()["valid_loss"].get<double>();
   EXPECT_NEAR(lb, la, 0.02 * la);
-  // The runs differ: the last update's training loss (logged to 3 decimals, as fairseq).
+  // The runs differ: some updates' training losses (logged to 3 decimals, as fairseq; 10 of 30 on
+  // an AVX2 EPYC), and every linear layer's weights by about 1% of their largest value (0.5-1.4%
+  // there), where two float32 runs agree to the bit.
   auto ia = inner_logs(a.err), ib = inner_logs(b.err);
   ASSERT_EQ(ia.size(), 30u);
   int differ = 0;
   for (auto& [n, j] : ia) differ += j["loss"] != ib[n]["loss"];
-  EXPECT_GT(differ, 10) << "bf16 changed nothing";
+  EXPECT_GT(differ, 0) << "bf16 changed no loss";
+  const auto pa = parameters(fp32), pb = parameters(bf16);
+  int linear_weights = 0;
+  for (const auto& item : pa) {
+    const std::string& key = item.key();
+    const bool linear = key.find("_proj.weight") != std::string::npos || key.find(".fc1.weight") != std::string::npos ||
+                        key.find(".fc2.weight") != std::string::npos;
+    if (!linear) continue;
+    ++linear_weights;
+    const double moved = (item.value() - pb.at(item.key())).abs().max().item<double>();
+    EXPECT_GT(moved, 1e-3 * item.value().abs().max().item<double>()) << key << ": bf16 changed nothing";
+  }
+  EXPECT_GT(linear_weights, 0);
   auto eval = [&](const std::string& dir, bool use_bf16) {
     std::vector<std::string> argv{program("fairseq-cpp-eval"), "validate", corpus_->path() + "/bin", "--path",
                                   dir + "/checkpoint_last.pt", "--valid-subset", "valid", "--source-lang", "src",

@@ -6,6 +6,7 @@
 #include "fairseq_cpp/core/torch.h"
 
 #include "fairseq_cpp/core/errors.h"
+#include "fairseq_cpp/criterions/loss_rows.h"
 
 namespace fairseq_cpp::criterions {
 
@@ -86,6 +87,75 @@ struct FusedLabelSmoothedLoss : public torch::autograd::Function<FusedLabelSmoot
   }
 };
 
+// A chunk's share of the loss: its sums, and A = dloss/dlogits when asked for.
+struct ChunkLoss {
+  double epsilon;
+  bool count_correct;
+  bool gradient;
+  bool row_kernel;                  // on the CPU: label_smoothed_rows (else the operators)
+  c10::ScalarType a_dtype;          // A's type: the products' operands' (float32 or bf16)
+  at::Tensor nll, smooth, correct;  // the sums so far, on the device
+  RowLossSums host;                 // the CPU's sums so far (label_smoothed_rows)
+  at::Tensor lprobs, a_low;         // scratch: log-probabilities (not on the CPU), A in a_dtype (bf16 on the CPU)
+
+  ChunkLoss(double epsilon_in, bool count_correct_in, bool gradient_in, bool row_kernel_in, c10::ScalarType a_dtype_in,
+            const at::TensorOptions& float_options)
+      : epsilon(epsilon_in),
+        count_correct(count_correct_in),
+        gradient(gradient_in),
+        row_kernel(row_kernel_in),
+        a_dtype(a_dtype_in),
+        nll(at::zeros({}, float_options)),
+        smooth(at::zeros({}, float_options)),
+        correct(at::zeros({}, float_options.dtype(at::kLong))) {}
+
+  // zc: the chunk's float32 logits (n, V), overwritten; tc: its targets (n, 1). Returns A (n, V)
+  // when `gradient`, in zc's place when a_dtype is float32.
+  at::Tensor add(at::Tensor zc, const at::Tensor& tc) {
+    const int64_t n = zc.size(0), vocab = zc.size(1);
+    if (row_kernel && zc.is_cpu()) {  // one kernel: each row read once and its gradient written once
+      RowGradient out;
+      if (gradient && a_dtype == at::kFloat) out.f32 = zc.data_ptr<float>();
+      if (gradient && a_dtype == at::kBFloat16) {
+        if (!a_low.defined()) a_low = at::empty(zc.sizes(), zc.options().dtype(a_dtype));
+        out.bf16 = a_low.data_ptr<c10::BFloat16>();
+      }
+      if (gradient && out.f32 == nullptr && out.bf16 == nullptr) return in_operators(zc, tc);
+      RowLossSums sums =
+          label_smoothed_rows(zc.data_ptr<float>(), tc.data_ptr<int64_t>(), n, vocab, epsilon, count_correct, out);
+      host.nll += sums.nll;
+      host.smooth += sums.smooth;
+      host.correct += sums.correct;
+      if (!gradient) return at::Tensor();
+      return out.f32 != nullptr ? zc : a_low.narrow(0, 0, n);
+    }
+    return in_operators(zc, tc);
+  }
+
+  // The same in LibTorch's operators (CUDA; an A type the kernel does not write).
+  at::Tensor in_operators(at::Tensor zc, const at::Tensor& tc) {
+    const int64_t n = zc.size(0), vocab = zc.size(1);
+    if (!lprobs.defined()) lprobs = at::empty(zc.sizes(), zc.options());
+    at::Tensor lc = lprobs.narrow(0, 0, n);
+    if (count_correct) correct.add_(zc.argmax(1, true).eq(tc).sum());
+    at::_log_softmax_out(lc, zc, 1, false);
+    nll.sub_(lc.gather(1, tc).sum());
+    if (epsilon != 0.0) smooth.sub_(lc.sum());
+    if (!gradient) return at::Tensor();
+    at::Tensor a = at::exp_out(zc, lc);  // p, then A in place
+    if (epsilon != 0.0) a.sub_(epsilon / static_cast<double>(vocab));
+    a.scatter_add_(1, tc, at::full({n, 1}, epsilon - 1.0, zc.options()));
+    return a_dtype == at::kFloat ? a : a.to(a_dtype);
+  }
+
+  // The sums, once every chunk is in.
+  void settle() {
+    nll.add_(host.nll);
+    if (epsilon != 0.0) smooth.add_(host.smooth);
+    correct.add_(host.correct);
+  }
+};
+
 // label_smoothed_nll_loss(log_softmax(h W^T)) over the non-padding rows h (N, C) as one autograd
 // node that never holds the (N, V) logits: they are computed `chunk_rows` rows at a time into one
 // buffer. The gradient with respect to the logits of the loss, A = p - (1 - eps) onehot - eps / V,
@@ -95,15 +165,16 @@ struct FusedLabelSmoothedLoss : public torch::autograd::Function<FusedLabelSmoot
 //   B W = A W - eps W[target] + eps / V sum_v W_v,   B^T h = A^T h - eps onehot^T h + eps / V 1 (sum_n h_n).
 struct LinearLabelSmoothedLoss : public torch::autograd::Function<LinearLabelSmoothedLoss> {
   static torch::autograd::variable_list forward(torch::autograd::AutogradContext* ctx, const at::Tensor& features,
-                                                const at::Tensor& weight, const at::Tensor& target, double epsilon,
-                                                bool grad_enabled, bool count_correct, int64_t chunk_elements,
-                                                c10::ScalarType matmul_dtype) {
+                                                const at::Tensor& weight, const at::Tensor& target_in, double epsilon,
+                                                bool grad_enabled, bool count_correct, bool row_kernel,
+                                                int64_t chunk_elements, c10::ScalarType matmul_dtype) {
     const int64_t rows = features.size(0);
     const int64_t vocab = weight.size(0);
     const bool grad_h = grad_enabled && features.requires_grad();
     const bool grad_w = grad_enabled && weight.requires_grad();
     const int64_t chunk_rows = std::max<int64_t>(1, std::min(rows, chunk_elements / vocab));
     const at::TensorOptions float_options = features.options().dtype(at::kFloat);
+    const at::Tensor target = target_in.contiguous();
     at::Tensor h = features.to(at::kFloat).contiguous();
     at::Tensor w = weight.to(at::kFloat);
     // The products' operands: h and w themselves in float32, else rounded once to matmul_dtype.
@@ -111,55 +182,44 @@ struct LinearLabelSmoothedLoss : public torch::autograd::Function<LinearLabelSmo
     at::Tensor h_mm = reduced ? features.to(matmul_dtype).contiguous() : h;
     at::Tensor w_mm = reduced ? weight.to(matmul_dtype) : w;
     at::Tensor logits = at::empty({chunk_rows, vocab}, float_options);
-    at::Tensor lprobs = at::empty({chunk_rows, vocab}, float_options);
-    at::Tensor nll = at::zeros({}, float_options);
-    at::Tensor smooth = at::zeros({}, float_options);
-    at::Tensor correct = at::zeros({}, features.options().dtype(at::kLong));
+    ChunkLoss loss_sums(epsilon, count_correct, grad_h || grad_w, row_kernel, matmul_dtype, float_options);
     at::Tensor dh = grad_h ? at::empty({rows, features.size(1)}, float_options) : at::Tensor();
     at::Tensor dw = grad_w ? at::zeros({vocab, features.size(1)}, float_options) : at::Tensor();
     for (int64_t start = 0; start < rows; start += chunk_rows) {
       const int64_t n = std::min(chunk_rows, rows - start);
       at::Tensor hc = h.narrow(0, start, n);
-      at::Tensor tc = target.narrow(0, start, n).unsqueeze(1);  // (n, 1)
       at::Tensor zc = logits.narrow(0, 0, n);
-      at::Tensor lc = lprobs.narrow(0, 0, n);
       if (reduced) {
         zc.copy_(at::mm(h_mm.narrow(0, start, n), w_mm.t()));  // (n, C) x (C, V), then float32
       } else {
         at::mm_out(zc, hc, w.t());
       }
-      if (count_correct) correct.add_(zc.argmax(1, true).eq(tc).sum());
-      at::_log_softmax_out(lc, zc, 1, false);
-      nll.sub_(lc.gather(1, tc).sum());
-      if (epsilon != 0.0) smooth.sub_(lc.sum());
-      if (!grad_h && !grad_w) continue;
-      at::Tensor a = at::exp_out(zc, lc);  // p, then A in place
-      if (epsilon != 0.0) a.sub_(epsilon / static_cast<double>(vocab));
-      a.scatter_add_(1, tc, at::full({n, 1}, epsilon - 1.0, float_options));
-      at::Tensor a_mm = reduced ? a.to(matmul_dtype) : a;
+      at::Tensor a_mm = loss_sums.add(zc, target.narrow(0, start, n).unsqueeze(1));  // A (n, V), or undefined
       if (grad_h) {
         at::Tensor dh_rows = dh.narrow(0, start, n);
         if (reduced) {
           dh_rows.copy_(at::mm(a_mm, w_mm));
         } else {
-          at::mm_out(dh_rows, a, w);
+          at::mm_out(dh_rows, a_mm, w);
         }
       }
       if (grad_w) {
         if (reduced) {
           dw.add_(at::mm(a_mm.t(), h_mm.narrow(0, start, n)));  // each chunk's product, summed in float32
         } else {
-          dw.addmm_(a.t(), hc);
+          dw.addmm_(a_mm.t(), hc);
         }
       }
     }
-    at::Tensor loss = epsilon == 0.0 ? nll.clone() : (1.0 - epsilon) * nll + (epsilon / vocab) * smooth;
+    loss_sums.settle();
+    const at::Tensor& nll = loss_sums.nll;
+    at::Tensor loss = epsilon == 0.0 ? nll.clone() : (1.0 - epsilon) * nll + (epsilon / vocab) * loss_sums.smooth;
     ctx->saved_data["epsilon"] = epsilon;
     ctx->saved_data["dh"] = dh;
     ctx->saved_data["dw"] = dw;
     if (grad_h || grad_w) ctx->save_for_backward({h, w, target});
-    ctx->mark_non_differentiable({correct});
-    return {loss, nll, correct};
+    ctx->mark_non_differentiable({loss_sums.correct});
+    return {loss, nll, loss_sums.correct};
   }
 
   static torch::autograd::variable_list backward(torch::autograd::AutogradContext* ctx,
@@ -186,7 +246,8 @@ struct LinearLabelSmoothedLoss : public torch::autograd::Function<LinearLabelSmo
         grad_w.add_((h.sum(0, true) * inv_vocab - onehot_h) * s);
       }
     }
-    return {grad_h, grad_w, at::Tensor(), at::Tensor(), at::Tensor(), at::Tensor(), at::Tensor(), at::Tensor()};
+    return {grad_h,       grad_w,       at::Tensor(), at::Tensor(), at::Tensor(),
+            at::Tensor(), at::Tensor(), at::Tensor(), at::Tensor()};
   }
 };
 
@@ -257,9 +318,9 @@ LossOutput Criterion::pending(const at::Tensor& features_in, const at::Tensor& o
       flat_target = flat_target.index_select(0, rows);
       flat_features = flat_features.index_select(0, to_device(rows));
     }
-    auto losses = LinearLabelSmoothedLoss::apply(flat_features, output_weight, to_device(flat_target), eps,
-                                                 torch::GradMode::is_enabled(), options_.report_accuracy,
-                                                 chunk_elements_for(options_, device), matmul_dtype);
+    auto losses = LinearLabelSmoothedLoss::apply(
+        flat_features, output_weight, to_device(flat_target), eps, torch::GradMode::is_enabled(),
+        options_.report_accuracy, options_.row_kernel, chunk_elements_for(options_, device), matmul_dtype);
     out.loss = losses[0];
     out.nll_loss = losses[1];
     if (options_.report_accuracy) n_correct = losses[2];

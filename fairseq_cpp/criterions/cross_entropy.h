@@ -24,6 +24,9 @@ struct CriterionOptions {
   bool report_accuracy = false;        // also count correctly predicted tokens (n_correct)
   // From features: logits projected this many at a time; 0 = by device (chunk_elements_for).
   int64_t chunk_elements = 0;
+  // On the CPU, each chunk's loss and gradient in one pass over its rows (loss_rows.h); false:
+  // LibTorch's operators, as on CUDA (the benchmarks' comparison).
+  bool row_kernel = true;
 };
 
 // The logits a chunk of the projection holds on `device` with options.chunk_elements 0: 2^22 on

@@ -7,6 +7,7 @@
 #include <ATen/Parallel.h>
 #include "fairseq_cpp/core/torch.h"
 
+#include "fairseq_cpp/core/exp_polynomial.h"
 #include "fairseq_cpp/core/runtime.h"
 
 #ifdef FSQ_AVX512_KERNELS
@@ -28,16 +29,11 @@ namespace {
 __attribute__((target("avx512f"))) inline __m512 exp_nonpositive(__m512 x) {
   x = _mm512_max_ps(x, _mm512_set1_ps(-104.0f));
   // Round to nearest (the default rounding mode) through int32: |x log2 e| < 151.
-  const __m512 n = _mm512_cvtepi32_ps(_mm512_cvtps_epi32(_mm512_mul_ps(x, _mm512_set1_ps(1.44269504088896341f))));
-  __m512 r = _mm512_fnmadd_ps(n, _mm512_set1_ps(0.693145751953125f), x);  // ln2, high bits
-  r = _mm512_fnmadd_ps(n, _mm512_set1_ps(1.42860682030941723212e-6f), r);  // ln2, the rest
-  __m512 p = _mm512_set1_ps(1.0f / 720);
-  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.0f / 120));
-  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.0f / 24));
-  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.0f / 6));
-  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(0.5f));
-  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.0f));
-  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.0f));
+  const __m512 n = _mm512_cvtepi32_ps(_mm512_cvtps_epi32(_mm512_mul_ps(x, _mm512_set1_ps(core::kLog2e))));
+  __m512 r = _mm512_fnmadd_ps(n, _mm512_set1_ps(core::kLn2High), x);
+  r = _mm512_fnmadd_ps(n, _mm512_set1_ps(core::kLn2Low), r);
+  __m512 p = _mm512_set1_ps(core::kExpTaylor[0]);
+  for (size_t i = 1; i < core::kExpTaylorTerms; ++i) p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(core::kExpTaylor[i]));
   return _mm512_scalef_ps(p, n);
 }
 
@@ -61,7 +57,8 @@ __attribute__((target("avx512f"))) void log_softmax_row(const float* in, float* 
   const float max = horizontal(m, [](float a, float b) { return std::max(a, b); });
   const __m512 vmax = _mm512_set1_ps(max);
   __m512 sum = _mm512_setzero_ps();
-  for (int64_t j = 0; j < body; j += 16) sum = _mm512_add_ps(sum, exp_nonpositive(_mm512_sub_ps(_mm512_loadu_ps(in + j), vmax)));
+  for (int64_t j = 0; j < body; j += 16)
+    sum = _mm512_add_ps(sum, exp_nonpositive(_mm512_sub_ps(_mm512_loadu_ps(in + j), vmax)));
   if (tail) {
     const __m512 e = exp_nonpositive(_mm512_sub_ps(_mm512_mask_loadu_ps(lowest, tail, in + body), vmax));
     sum = _mm512_add_ps(sum, _mm512_maskz_mov_ps(tail, e));
@@ -83,7 +80,8 @@ __attribute__((target("avx512f"))) void log_softmax_row(const float* in, float* 
 at::Tensor log_softmax_last_dim(const at::Tensor& x) {
 #ifdef FSQ_AVX512_KERNELS
   const bool needs_grad = at::GradMode::is_enabled() && x.requires_grad();
-  if (core::cpu_has_avx512f() && !needs_grad && x.is_cpu() && x.scalar_type() == at::kFloat && x.dim() > 0 && x.size(-1) > 0) {
+  if (core::cpu_has_avx512f() && !needs_grad && x.is_cpu() && x.scalar_type() == at::kFloat && x.dim() > 0 &&
+      x.size(-1) > 0) {
     const at::Tensor in = x.contiguous();
     const int64_t n = in.size(-1), rows = in.numel() / n;
     at::Tensor out = at::empty_like(in);

@@ -218,6 +218,38 @@ TEST_P(Criterions, ChunkedProjectionInBf16EqualsAutogradOfTheHalfPrecisionOutput
   EXPECT_EQ(grad_h[2][4].abs().sum().item<double>(), 0.0);  // the padding row gets no gradient
 }
 
+// On the CPU the chunks go through the row kernel (loss_rows.h) unless row_kernel is off: both
+// ways give the same loss, nll, accuracy and gradients, in float32 and with bf16 products.
+TEST(CriterionRowKernel, GivesWhatTheOperatorsGive) {
+  torch::manual_seed(8);
+  at::Tensor base_h = torch::randn({4, 30, 64});
+  at::Tensor base_w = torch::randn({1003, 64}) * 0.3;
+  at::Tensor target = torch::randint(1, 1003, {4, 30}, torch::kLong);
+  target.narrow(1, 25, 5).fill_(0);  // padding
+  for (c10::ScalarType dtype : {at::kFloat, at::kBFloat16}) {
+    auto run = [&](bool row_kernel) {
+      CriterionOptions o = options("label_smoothed_cross_entropy", 0.1);
+      o.chunk_elements = 16 * 1003;  // 7 full chunks and a short one
+      o.row_kernel = row_kernel;
+      at::Tensor h = base_h.clone().requires_grad_(true), w = base_w.clone().requires_grad_(true);
+      LossOutput out = Criterion(o)(h, w, target, dtype);
+      (out.loss + 0.5 * out.nll_loss).backward();
+      return std::tuple{out, h.grad(), w.grad()};
+    };
+    auto [kernel, kernel_h, kernel_w] = run(true);
+    auto [ops, ops_h, ops_w] = run(false);
+    const std::string what = dtype == at::kFloat ? "float32" : "bf16";
+    EXPECT_NEAR(kernel.stats.loss_sum, ops.stats.loss_sum, 1e-5 * ops.stats.loss_sum) << what;
+    EXPECT_NEAR(kernel.stats.nll_loss_sum, ops.stats.nll_loss_sum, 1e-5 * ops.stats.nll_loss_sum) << what;
+    EXPECT_EQ(kernel.stats.n_correct, ops.stats.n_correct) << what;
+    for (auto [a, b, name] : {std::tuple{kernel_h, ops_h, "features"}, std::tuple{kernel_w, ops_w, "weight"}}) {
+      // float32: the exponentials' last bits; bf16: A's rounding to bf16 where it lands on a tie's other side.
+      const double tolerance = dtype == at::kFloat ? 1e-5 : 1e-2;
+      EXPECT_LT((a - b).abs().max().item<double>(), tolerance * b.abs().max().item<double>()) << what << " " << name;
+    }
+  }
+}
+
 // A chunk's size by device unless given: near the CPU's caches, or few launches on CUDA.
 TEST(CriterionChunks, DefaultChunkFollowsTheDevice) {
   CriterionOptions o;

@@ -17,10 +17,11 @@
 //       [--max-tokens 16384] [--len 64] [--bf16 1] [--iters 20] [--warmup 5] [--threads N]
 //       [--peak-tflops 989] [--cpu 1] [--gemm 0] [--profile FILE] [--profile-steps 2]
 //       [--checkpoint-activations 1] [--workers N --rank R --port P] [--zero-sharding none|os|os_grad]
-//       [--layers L] [--low-precision-copies 0] [--widen-bf16 0]
+//       [--layers L] [--low-precision-copies 0] [--widen-bf16 0] [--loss-rows 0]
 // --widen-bf16 0: bf16 products by LibTorch even on a CPU without bf16 hardware (nn/widened_bf16.h).
 // --checkpoint-activations 1: model.checkpoint_activations (each layer recomputed in backward).
 // --low-precision-copies 0: autocast casts each weight at each use (trainer::TrainerOptions).
+// --loss-rows 0: the loss's chunks in LibTorch's operators on the CPU too (CriterionOptions::row_kernel).
 // --layers L: L encoder and L decoder layers of the architecture's widths (tools/bench/largest_model.sh).
 // --workers N: this process is rank R of N, a Gloo group over TCP with rank 0's store on
 // 127.0.0.1:P (run one process per rank: tools/bench/memory.sh); each rank trains on its own copy
@@ -230,10 +231,11 @@ bool profile_flags_valid(const std::string& path, int64_t steps) {
 
 // fairseq's recipe for these models: label-smoothed cross-entropy (0.1), adam (0.9, 0.98) at 5e-4,
 // inverse_sqrt with 4,000 warm-up updates.
-criterions::CriterionOptions bench_criterion_options() {
+criterions::CriterionOptions bench_criterion_options(int argc, char** argv) {
   criterions::CriterionOptions co;
   co.name = "label_smoothed_cross_entropy";
   co.label_smoothing = 0.1;
+  co.row_kernel = bench::flag(argc, argv, "--loss-rows", 1) != 0;
   return co;
 }
 
@@ -366,7 +368,7 @@ int main(int argc, char** argv) {
   const int64_t batch = std::max<int64_t>(1, max_tokens / len);
   const data::Batch b = bench_batch(batch, len, vocab, device);
 
-  const criterions::CriterionOptions co = bench_criterion_options();
+  const criterions::CriterionOptions co = bench_criterion_options(argc, argv);
   const std::optional<trainer::TrainerOptions> to = bench_trainer_options(argc, argv, bf16);
   if (!to) return 2;
   const std::shared_ptr<distributed::Gang> gang = bench_gang(argc, argv, device);

@@ -113,23 +113,22 @@ struct ChunkLoss {
   // when `gradient`, in zc's place when a_dtype is float32.
   at::Tensor add(at::Tensor zc, const at::Tensor& tc) {
     const int64_t n = zc.size(0), vocab = zc.size(1);
-    if (row_kernel && zc.is_cpu()) {  // one kernel: each row read once and its gradient written once
-      RowGradient out;
-      if (gradient && a_dtype == at::kFloat) out.f32 = zc.data_ptr<float>();
-      if (gradient && a_dtype == at::kBFloat16) {
-        if (!a_low.defined()) a_low = at::empty(zc.sizes(), zc.options().dtype(a_dtype));
-        out.bf16 = a_low.data_ptr<c10::BFloat16>();
-      }
-      if (gradient && out.f32 == nullptr && out.bf16 == nullptr) return in_operators(zc, tc);
-      RowLossSums sums =
-          label_smoothed_rows(zc.data_ptr<float>(), tc.data_ptr<int64_t>(), n, vocab, epsilon, count_correct, out);
-      host.nll += sums.nll;
-      host.smooth += sums.smooth;
-      host.correct += sums.correct;
-      if (!gradient) return at::Tensor();
-      return out.f32 != nullptr ? zc : a_low.narrow(0, 0, n);
+    const bool kernel_writes_a = !gradient || a_dtype == at::kFloat || a_dtype == at::kBFloat16;
+    if (!row_kernel || !zc.is_cpu() || !kernel_writes_a) return in_operators(zc, tc);
+    // One kernel: each row read once and its gradient written once.
+    RowGradient out;
+    if (gradient && a_dtype == at::kFloat) out.f32 = zc.data_ptr<float>();
+    if (gradient && a_dtype == at::kBFloat16) {
+      if (!a_low.defined()) a_low = at::empty(zc.sizes(), zc.options().dtype(a_dtype));
+      out.bf16 = a_low.data_ptr<c10::BFloat16>();
     }
-    return in_operators(zc, tc);
+    RowLossSums sums =
+        label_smoothed_rows(zc.data_ptr<float>(), tc.data_ptr<int64_t>(), n, vocab, epsilon, count_correct, out);
+    host.nll += sums.nll;
+    host.smooth += sums.smooth;
+    host.correct += sums.correct;
+    if (!gradient) return at::Tensor();
+    return out.f32 != nullptr ? zc : a_low.narrow(0, 0, n);
   }
 
   // The same in LibTorch's operators (CUDA; an A type the kernel does not write).

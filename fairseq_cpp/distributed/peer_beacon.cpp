@@ -164,7 +164,7 @@ PeerBeacon::PeerBeacon(const std::string& address) : address_(address) {
   socklen_t length = 0;
   if (!to_sockaddr(address, 0, sa, length))
     raise<OperationalError>("peer beacon: `{}` is not a numeric address.", address);
-  listen_fd_ = socket(sa.ss_family, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  listen_fd_ = socket(sa.ss_family, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
   if (listen_fd_ < 0 || bind(listen_fd_, reinterpret_cast<sockaddr*>(&sa), length) != 0 ||
       listen(listen_fd_, 128) != 0 || getsockname(listen_fd_, reinterpret_cast<sockaddr*>(&sa), &length) != 0) {
     int err = errno;
@@ -191,15 +191,19 @@ void PeerBeacon::set_position(int64_t started, const std::string& what) {
 }
 
 void PeerBeacon::serve() {
-  while (!stop_) collect(100);
+  // Waits without the lock: lost_peers() takes it, and a thread that held it while waiting and took
+  // it back at once kept a failed rank waiting for seconds on a busy machine.
+  while (!stop_) {
+    pollfd waiting{listen_fd_, POLLIN, 0};
+    if (poll(&waiting, 1, 100) == 1) collect();
+  }
 }
 
-void PeerBeacon::collect(int wait_ms) {
+void PeerBeacon::collect() {
   std::lock_guard<std::mutex> lock(mutex_);
-  pollfd waiting{listen_fd_, POLLIN, 0};
-  while (poll(&waiting, 1, wait_ms) == 1) {
+  while (true) {
     int fd = accept4(listen_fd_, nullptr, nullptr, SOCK_CLOEXEC);
-    if (fd < 0) return;
+    if (fd < 0) return;  // none left (the listening socket does not block), or the other thread took it
     // Where this rank stands, first: "at N WHAT" (one line; the newline in WHAT, if any, dropped).
     std::string position;
     {
@@ -224,7 +228,6 @@ void PeerBeacon::collect(int wait_ms) {
     close(fd);
     int rank = -1;
     if (std::sscanf(note.c_str(), "failed %d", &rank) == 1 && rank >= 0) failed_.insert(rank);
-    wait_ms = 0;  // then only what is already waiting
   }
 }
 
@@ -244,7 +247,7 @@ std::string PeerBeacon::lost_peers(int rank, const std::vector<std::string>& end
   std::map<int, std::string> replies = read_replies(probes, timeout_seconds);
   send_failed_notes(probes, rank);
   // Peers that failed and told us so before they exited are not lost.
-  collect(0);
+  collect();
   std::vector<int> gone, unreachable;
   std::set<std::string> gone_at, unreachable_at;
   std::lock_guard<std::mutex> lock(mutex_);

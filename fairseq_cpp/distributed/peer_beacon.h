@@ -50,13 +50,13 @@ class PeerBeacon {
 
  private:
   void serve();
-  // Accepts waiting connections and records their notes, for up to `wait_ms` per poll.
-  void collect(int wait_ms);
+  // Accepts the connections that are waiting and records their notes.
+  void collect();
 
   std::string address_;
   int port_ = 0;
   int listen_fd_ = -1;
-  std::mutex mutex_;      // guards collect() and failed_
+  std::mutex mutex_;      // guards collect() and failed_ (never held while waiting for a connection)
   std::set<int> failed_;  // ranks that told us they failed
   std::mutex position_mutex_;  // guards the two below (never held while waiting)
   int64_t started_ = 0;        // collectives this rank has started

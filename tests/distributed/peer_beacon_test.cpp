@@ -8,7 +8,11 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include <algorithm>
+#include <atomic>
+#include <chrono>
 #include <memory>
+#include <thread>
 
 #include <fmt/format.h>
 
@@ -97,6 +101,33 @@ TEST(PeerBeacon, AliveRanksBehindThisCollectiveOrSilentDidNotArrive) {
   EXPECT_EQ(beacons[0]->lost_peers(0, endpoints, 0.5),
             "rank 3 did not arrive (its process accepts connections but says nothing within 0.5 s: stopped or hung)");
   close(stopped);
+}
+
+TEST(PeerBeacon, ItsOwnThreadDoesNotKeepAFailedRankWaitingOnABusyMachine) {
+  // The beacon's thread waits for connections all the time. A failed rank's lost_peers() must not
+  // wait for that thread to let go on a machine whose every core is busy (a CI run, a shared node):
+  // it once held a lock while it waited and took it back at once, so the failed rank's report
+  // waited up to 20 s behind it.
+  std::atomic<bool> done{false};
+  std::vector<std::thread> busy;
+  for (unsigned i = 0; i < 3 * std::max(1u, std::thread::hardware_concurrency()); ++i)
+    busy.emplace_back([&] {
+      while (!done) {
+      }
+    });
+  PeerBeacon mine("127.0.0.1");
+  PeerBeacon other("127.0.0.1");
+  std::vector<std::string> endpoints{mine.endpoint(), other.endpoint()};
+  double slowest = 0;
+  for (int i = 0; i < 6; ++i) {
+    auto start = std::chrono::steady_clock::now();
+    EXPECT_EQ(mine.lost_peers(0, endpoints, 1.0), "");
+    slowest = std::max(slowest, std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count());
+  }
+  done = true;
+  for (auto& t : busy) t.join();
+  // Half a second of settling, then the other beacon answers at once; 1.5 s allows for the load.
+  EXPECT_LT(slowest, 1.5);
 }
 
 }  // namespace

@@ -56,13 +56,14 @@ fi
 #   munge slurmctld slurmd slurm-client   the SLURM tests: a one-node cluster on localhost, and one across two test hosts
 #   iproute2 util-linux                   the multi-node tests' hosts in network namespaces (tools/netns/hosts.sh: ip,
 #                                         unshare; tools/slurm/local-cluster.sh --hosts: nsenter)
+#   procps                                tools/test.sh: pgrep, to stop a lane's background build
 #   python3-matplotlib                    tools/plot-log (PNG of a training log)
 #   python3-venv                          the wheel lane's Python environment (.venv/)
 #   clang libclang-rt-14-dev              the fuzz targets (fuzz/): clang with libFuzzer, ASan and UBSan
 packages=(g++ cmake ninja-build ccache libtorch-dev libgloo-dev libyaml-cpp-dev libfmt-dev nlohmann-json3-dev
   zlib1g-dev libssl-dev clang libclang-rt-14-dev
   libsentencepiece-dev sentencepiece libgtest-dev libopenblas0-pthread libjemalloc-dev libblas3 python3-torch
-  munge slurmctld slurmd slurm-client iproute2 util-linux python3-matplotlib)
+  munge slurmctld slurmd slurm-client iproute2 util-linux procps python3-matplotlib)
 [ "$lane" = wheel ] && packages+=(python3-venv)
 
 as_root() {

@@ -169,7 +169,20 @@ bool cpu_has_bf16_products() {
 int configure_cpu_threads(int requested, int local_processes) {
   int threads = requested > 0 ? requested : std::max(1, available_cores() / std::max(1, local_processes));
   at::set_num_threads(threads);
+  set_blas_threads(threads);
   return threads;
+}
+
+int blas_threads() {
+  static const auto get = reinterpret_cast<int (*)()>(dlsym(RTLD_DEFAULT, "openblas_get_num_threads"));
+  return get != nullptr ? get() : 0;
+}
+
+int set_blas_threads(int threads) {
+  static const auto set = reinterpret_cast<void (*)(int)>(dlsym(RTLD_DEFAULT, "openblas_set_num_threads"));
+  const int before = blas_threads();
+  if (set != nullptr && before > 0) set(threads);
+  return before;
 }
 
 int parallel_for_threads() {

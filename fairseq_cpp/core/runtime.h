@@ -89,9 +89,16 @@ void use_avx2_kernels_only(bool only);
 // flags): without either, LibTorch's bf16 products run slower than float32's.
 bool cpu_has_bf16_products();
 
-// Sets LibTorch's intra-op threads: `requested` when > 0, else available cores / local processes
-// (at least 1). Returns the number set.
+// Sets LibTorch's intra-op threads and the BLAS's own threads (set_blas_threads): `requested`
+// when > 0, else available cores / local processes (at least 1). Returns the number set.
 int configure_cpu_threads(int requested, int local_processes);
+
+// The threads of the BLAS's own pool where it has one: OpenBLAS's pthread build (Debian's
+// libopenblas0-pthread), which at::set_num_threads does not reach: a worker told to use one
+// thread still ran its GEMMs on two. 0 where the loaded BLAS has no such setting (the wheel's MKL
+// follows OpenMP's count). set_blas_threads returns the count before (0 where none).
+int blas_threads();
+int set_blas_threads(int threads);
 
 // The threads that an at::parallel_for in this library's own code runs on: at::get_num_threads()
 // when the library is compiled with OpenMP, as CMakeLists.txt does, and 1 without (LibTorch's

@@ -1,7 +1,5 @@
 #include "fairseq_cpp/generation/batch_search.h"
 
-#include <dlfcn.h>
-
 #include <algorithm>
 #include <condition_variable>
 #include <exception>
@@ -21,25 +19,19 @@ namespace {
 // calling thread). Not for concurrent search_batches calls: the counts are process-wide.
 class SingleThreadedKernels {
  public:
-  SingleThreadedKernels()
-      : aten_threads_(at::get_num_threads()),
-        set_blas_threads_(reinterpret_cast<void (*)(int)>(dlsym(RTLD_DEFAULT, "openblas_set_num_threads"))) {
-    auto get_blas_threads = reinterpret_cast<int (*)()>(dlsym(RTLD_DEFAULT, "openblas_get_num_threads"));
-    blas_threads_ = get_blas_threads != nullptr ? get_blas_threads() : 0;
+  SingleThreadedKernels() : aten_threads_(at::get_num_threads()), blas_threads_(core::set_blas_threads(1)) {
     at::set_num_threads(1);
-    if (set_blas_threads_ != nullptr) set_blas_threads_(1);
   }
   ~SingleThreadedKernels() {
     at::set_num_threads(aten_threads_);
-    if (set_blas_threads_ != nullptr && blas_threads_ > 0) set_blas_threads_(blas_threads_);
+    if (blas_threads_ > 0) core::set_blas_threads(blas_threads_);
   }
   SingleThreadedKernels(const SingleThreadedKernels&) = delete;
   SingleThreadedKernels& operator=(const SingleThreadedKernels&) = delete;
 
  private:
   int aten_threads_;
-  void (*set_blas_threads_)(int);
-  int blas_threads_ = 0;
+  int blas_threads_;
 };
 
 // Rows part, part + parts, part + 2 * parts, ... of batch `batch`.

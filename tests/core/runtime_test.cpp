@@ -44,6 +44,20 @@ TEST(Runtime, DefaultThreadsShareTheCoresAmongLocalProcesses) {
   }
 }
 
+// Debian's OpenBLAS (the pthread build) keeps a thread pool of its own, which at::set_num_threads
+// does not size: a worker with one intra-op thread ran its GEMMs on two threads.
+TEST(Runtime, TheBlasThreadsFollowTheIntraOpThreads) {
+  if (blas_threads() == 0) GTEST_SKIP() << "the BLAS loaded here has no thread count of its own";
+  const int before = at::get_num_threads();
+  for (int threads : {1, 2}) {
+    configure_cpu_threads(threads, 1);
+    EXPECT_EQ(blas_threads(), threads);
+  }
+  EXPECT_EQ(set_blas_threads(1), 2) << "returns the count before";
+  EXPECT_EQ(blas_threads(), 1);
+  configure_cpu_threads(before, 1);
+}
+
 TEST(Runtime, BlasProbeMeasuresAndNamesTheLibrary) {
   BlasProbe probe = probe_blas();
   EXPECT_GT(probe.gflops, 0.0);

@@ -33,7 +33,7 @@ head=$(git rev-parse HEAD)
   echo "prepare.sh: the tree has uncommitted changes; the programs are built from it as it is" >&2
 # What the CPU's parity run depends on: the trees of the code that trains.
 code=$(git rev-parse HEAD:fairseq_cpp HEAD:cli HEAD:configs HEAD:CMakeLists.txt | sha1sum | cut -c1-12)
-kept= last=$dest/cpu-fp32-loss
+kept='' last=$dest/cpu-fp32-loss
 [ -f "$last" ] || last=$root/.gpu-cpu-fp32-loss.kept  # left by a prepare.sh that failed below
 if [ -f "$last" ] && [ "$(cut -d' ' -f4 "$last")" = "$code" ]; then
   kept=$(cut -d' ' -f1,2 "$last")
@@ -47,7 +47,12 @@ extra=(zlib1g zlib1g-dev libssl3 libssl-dev libjemalloc2 libjemalloc-dev libgloo
 mkdir -p "$dest/debs"
 (cd "$dest/debs" && apt-get download "${extra[@]}" >/dev/null)
 for d in "$dest"/debs/*.deb; do dpkg -x "$d" "$dest/prefix"; done
-rm -rf "$dest/debs" "$dest/prefix/usr/share/doc" "$dest/prefix/usr/share/man"
+# Only what a build or the run uses travels: not the packages' documents and translations,
+# GoogleTest's sources (its libraries are there), nor elfutils' programs but eu-stack (4 MiB of
+# sources and 3 of programs took the carry to 65 MiB of the 64 allowed).
+rm -rf "$dest/debs" "$dest/prefix/usr/share/doc" "$dest/prefix/usr/share/man" "$dest/prefix/usr/share/locale" \
+  "$dest/prefix/usr/src"
+find "$dest/prefix/usr/bin" -mindepth 1 ! -name eu-stack -delete
 # The shared libraries are what the build links; the static archives (but GoogleTest's, which has
 # no other) only weigh on the 64 MiB that travel.
 find "$dest/prefix" -name '*.a' ! -name 'libgtest*' ! -name 'libgmock*' -delete
@@ -85,5 +90,9 @@ carried=$(du -cb "$dest" "$fx/checkpoint_best.pt" "$fx/data-bin" "$fx/generate-t
 tree=$(git ls-files -z | du -cb --files0-from=- | tail -1 | cut -f1)
 echo "ready: $dest ($(du -sh "$dest" | cut -f1)), commit $head$([ -f "$dest/cpu-fp32-loss" ] && echo ", CPU fp32 loss $(cut -d' ' -f1 "$dest/cpu-fp32-loss")")"
 echo "travels: $(( (carried + tree) / 1048576 )) MiB of 64 (the tree $(( tree / 1048576 )) MiB)"
+if (( carried + tree > 64 * 1048576 )); then
+  echo "prepare.sh: what the run carries is over the device's 64 MiB: it would not travel" >&2
+  exit 1
+fi
 echo "device run: command 'BUDGET_S=400 LIMIT_S=540 RESULTS=\$OUT tools/gpu/run.sh /tmp/gpu-logs', timeout_s 600, carry [\".gpu-deps\", \"$fx/checkpoint_best.pt\"," \
   "\"$fx/data-bin\", \"$fx/generate-test-beam5.txt\"]"

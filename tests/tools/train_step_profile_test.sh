@@ -43,6 +43,7 @@ for i in 0 1 2 3 4 5; do
   check "the table's ${name[$i]} row matches the line" [ "${row%\%}" = "${values[$i]:-none}" ]
 done
 check "the table has the step row at 100%" grep -qE '^step +[0-9.]+ +100\.0%$' "$table"
-check "the table lists aten::mm as GEMM" grep -qE '^GEMM +[0-9.]+ +[0-9.]+% +[0-9.]+ +aten::mm$' "$table"
+check "the table lists aten::mm as GEMM, with its dtypes" grep -qE '^GEMM +[0-9.]+ +[0-9.]+% +[0-9.]+ +aten::mm\(float,float\)' "$table"
+check "and a gradient's op with its autograd node" grep -qE ' in [A-Za-z]+Backward0$' "$table"
 
 check_summary ""

@@ -71,7 +71,7 @@ struct StepProfile {
   struct Entry {
     Share share = Share::kOther;
     std::string op;      // the op (CPU), or the kernel's launcher (CUDA: op(dtypes) in node; empty if none)
-    std::string kernel;  // CUDA: the kernel, memcpy or memset; empty on the CPU
+    std::string kernel;  // CUDA: the kernel, memcpy or memset; CPU: the op as op(dtypes) in node
     double ms = 0;       // per step
     double calls = 0;    // per step
   };
@@ -303,18 +303,20 @@ inline double host_ops_ms(const Recording& r) {
   return ms;
 }
 
-// CPU: each op's self time, the stretches between its children.
+// CPU: each op's self time, the stretches between its children; labelled with its dtypes and
+// autograd node (a cast apart from a layout copy, a bias gradient's sum apart from the loss's).
 inline std::vector<Activity> cpu_activities(const Recording& r) {
   std::vector<Activity> out;
   for (const Op& op : r.ops) {
+    const std::string label = launcher_label(r.ops, op);
     uint64_t at = op.start;
     int calls = 1;
     for (int c : op.children) {
-      add_in_window(r, {at, std::max(at, r.ops[c].start), op.share, op.name, "", calls}, out);
+      add_in_window(r, {at, std::max(at, r.ops[c].start), op.share, op.name, label, calls}, out);
       at = std::max(at, r.ops[c].end);
       calls = 0;
     }
-    add_in_window(r, {at, std::max(at, op.end), op.share, op.name, "", calls}, out);
+    add_in_window(r, {at, std::max(at, op.end), op.share, op.name, label, calls}, out);
   }
   return out;
 }
@@ -453,13 +455,13 @@ inline std::string profile_table(const StepProfile& p, size_t rows = 40) {
   if (p.cuda)
     out += fmt::format("(the launching thread was inside ops for {:.3f} ms per step, {:.1f}%)\n", p.host_ops_ms,
                        p.wall_ms > 0 ? 100 * p.host_ops_ms / p.wall_ms : 0.0);
-  out +=
-      fmt::format("\n{:<10} {:>10} {:>6} {:>8}  {}\n", "share", "ms/step", "%", "calls", p.cuda ? "kernel [op]" : "op");
+  out += fmt::format("\n{:<10} {:>10} {:>6} {:>8}  {}\n", "share", "ms/step", "%", "calls",
+                     p.cuda ? "kernel [op]" : "op(dtypes) in node");
   for (size_t i = 0; i < p.entries.size() && i < rows; ++i) {
     const auto& e = p.entries[i];
     out += fmt::format("{:<10} {:>10.3f} {:>5.1f}% {:>8.1f}  {}\n", kShareNames[static_cast<int>(e.share)], e.ms,
                        p.wall_ms > 0 ? 100 * e.ms / p.wall_ms : 0.0, e.calls,
-                       p.cuda ? fmt::format("{} [{}]", e.kernel, e.op.empty() ? "-" : e.op) : e.op);
+                       p.cuda ? fmt::format("{} [{}]", e.kernel, e.op.empty() ? "-" : e.op) : e.kernel);
   }
   return out;
 }

@@ -200,6 +200,16 @@ class ImportedFixture : public testing::ImportedFairseqCheckpoint {
     argv.insert(argv.end(), extra.begin(), extra.end());
     return argv;
   }
+  // fairseq-cpp-generate's output for 10 test sentences (every 100th batch of 5), beam 5, then
+  // `flags`; expects exit 0.
+  std::string generate_sample(const std::vector<std::string>& flags) const {
+    std::vector<std::string> argv{testing::program("fairseq-cpp-generate"), testing::fixture_path("data-bin")};
+    argv.insert(argv.end(), {"--path", imported_, "--batch-size", "5", "--num-shards", "100", "--beam", "5"});
+    argv.insert(argv.end(), flags.begin(), flags.end());
+    auto r = testing::run(argv);
+    EXPECT_EQ(r.exit_code, 0) << r.err;
+    return r.out;
+  }
 };
 
 TEST_F(ImportedFixture, InteractiveTranslatesRawTextLikeFairseq) {
@@ -365,51 +375,10 @@ std::pair<int64_t, int64_t> pair_of(const std::string& text) {
   return {std::stoll(text.substr(0, dash)), std::stoll(text.substr(dash + 1))};
 }
 
-// --print-alignment (hard pairs, and soft weights against a PyTorch recomputation of the last
-// decoder layer's encoder attention) and --replace-unk on 10 test sentences.
-TEST_F(ImportedFixture, GeneratePrintsAlignmentsAndReplacesUnknownWords) {
-  auto generate = [&](const std::vector<std::string>& flags) {
-    std::vector<std::string> argv{testing::program("fairseq-cpp-generate"), testing::fixture_path("data-bin")};
-    argv.insert(argv.end(), {"--path", imported_, "--batch-size", "5", "--num-shards", "100", "--beam", "5"});
-    argv.insert(argv.end(), flags.begin(), flags.end());
-    auto r = testing::run(argv);
-    EXPECT_EQ(r.exit_code, 0) << r.err;
-    return r.out;
-  };
-  const std::string plain = generate({});
-  const std::string hard = generate({"--print-alignment"});
-  auto by_id = sentences(hard);
-  EXPECT_EQ(count_lines(hard, "A-"), 10) << hard;
-  // The search is the same with the attention collected.
-  EXPECT_EQ(count_lines(hard, "A-"), count_lines(hard, "H-"));
-  for (const auto& [id, s] : sentences(plain)) EXPECT_EQ(by_id[id].hypothesis, s.hypothesis) << id;
-  // One pair per target token but </s>, the target side counting up, the source within the
-  // source's tokens (</s> excluded).
-  for (const auto& [id, s] : by_id) {
-    ASSERT_EQ(s.alignment.size(), s.hypothesis.size()) << id << ": " << s.alignment_line;
-    for (size_t t = 0; t < s.alignment.size(); ++t) {
-      auto [src, tgt] = pair_of(s.alignment[t]);
-      EXPECT_EQ(tgt, static_cast<int64_t>(t)) << id;
-      EXPECT_GE(src, 0) << id;
-      EXPECT_LT(src, static_cast<int64_t>(s.source.size())) << id;
-    }
-  }
-
-  // One sentence without <unk> recomputed in PyTorch from fairseq's checkpoint: the decoder
-  // teacher-forced on our hypothesis, the last layer's encoder attention averaged over heads.
-  const std::string soft = generate({"--print-alignment", "soft"});
-  auto soft_by_id = sentences(soft);
-  std::string id;
-  for (const auto& [i, s] : by_id) {
-    const std::string text = line_of(s.source) + " " + line_of(s.hypothesis);
-    if (text.find("<unk>") == std::string::npos && s.hypothesis.size() >= 3) {
-      id = i;
-      break;
-    }
-  }
-  ASSERT_FALSE(id.empty());
-  testing::TempDir tmp;
-  const std::string script = tmp.write("attention.py", R"(import math, sys
+// The PyTorch recomputation of one sentence's alignment from fairseq's checkpoint (its source and
+// our hypothesis on stdin): the decoder teacher-forced on the hypothesis, the last layer's encoder
+// attention averaged over heads; prints the hard pairs, then the soft weights.
+constexpr const char* kAttentionScript = R"(import math, sys
 import torch
 tools, checkpoint, dictionary = sys.argv[1:4]
 sys.path.insert(0, tools)
@@ -457,7 +426,47 @@ with torch.no_grad():
         y = norm(y + ffn(y, p), p + 'final_layer_norm')
 print(' '.join('%d-%d' % (int(row[:-1].argmax()), t) for t, row in enumerate(attn[:-1])))
 print(' '.join(','.join('%.6f' % w for w in row) for row in attn.tolist()))
-)");
+)";
+
+// --print-alignment on 10 test sentences: one hard pair per target token but </s>, the search
+// unchanged by collecting the attention.
+TEST_F(ImportedFixture, GeneratePrintsHardAlignments) {
+  const std::string plain = generate_sample({});
+  const std::string hard = generate_sample({"--print-alignment"});
+  auto by_id = sentences(hard);
+  EXPECT_EQ(count_lines(hard, "A-"), 10) << hard;
+  // The search is the same with the attention collected.
+  EXPECT_EQ(count_lines(hard, "A-"), count_lines(hard, "H-"));
+  for (const auto& [id, s] : sentences(plain)) EXPECT_EQ(by_id[id].hypothesis, s.hypothesis) << id;
+  // One pair per target token but </s>, the target side counting up, the source within the
+  // source's tokens (</s> excluded).
+  for (const auto& [id, s] : by_id) {
+    ASSERT_EQ(s.alignment.size(), s.hypothesis.size()) << id << ": " << s.alignment_line;
+    for (size_t t = 0; t < s.alignment.size(); ++t) {
+      auto [src, tgt] = pair_of(s.alignment[t]);
+      EXPECT_EQ(tgt, static_cast<int64_t>(t)) << id;
+      EXPECT_GE(src, 0) << id;
+      EXPECT_LT(src, static_cast<int64_t>(s.source.size())) << id;
+    }
+  }
+}
+
+// --print-alignment soft: the weights of one sentence without <unk> equal PyTorch's recomputation.
+TEST_F(ImportedFixture, SoftAlignmentsAreTheLastLayersEncoderAttention) {
+  auto by_id = sentences(generate_sample({"--print-alignment"}));
+  const std::string soft = generate_sample({"--print-alignment", "soft"});
+  auto soft_by_id = sentences(soft);
+  std::string id;
+  for (const auto& [i, s] : by_id) {
+    const std::string text = line_of(s.source) + " " + line_of(s.hypothesis);
+    if (text.find("<unk>") == std::string::npos && s.hypothesis.size() >= 3) {
+      id = i;
+      break;
+    }
+  }
+  ASSERT_FALSE(id.empty());
+  testing::TempDir tmp;
+  const std::string script = tmp.write("attention.py", kAttentionScript);
   auto py = testing::run({testing::python_executable(), script, testing::source_dir() + "/tools",
                           testing::fixture_path("checkpoint_best.pt"), testing::fixture_path("data-bin/dict.en.txt")},
                          {}, line_of(by_id[id].source) + "\n" + line_of(by_id[id].hypothesis) + "\n");
@@ -479,12 +488,15 @@ print(' '.join(','.join('%.6f' % w for w in row) for row in attn.tolist()))
     ASSERT_EQ(a.size(), b.size());
     for (size_t s = 0; s < a.size(); ++s) EXPECT_NEAR(a[s], b[s], 5e-6) << "target " << t << ", source " << s;
   }
+}
 
-  // --replace-unk: an unknown-word penalty of -10 makes the model write <unk>; each becomes the
-  // source token its A- pair names (or "<eos>", fairseq's word past the source), or that word's
-  // translation in an alignment dictionary.
-  const std::string unks = generate({"--print-alignment", "--unkpen", "-10"});
-  const std::string copied = generate({"--print-alignment", "--unkpen", "-10", "--replace-unk"});
+// --replace-unk: an unknown-word penalty of -10 makes the model write <unk>; each becomes the
+// source token its A- pair names (or "<eos>", fairseq's word past the source), or that word's
+// translation in an alignment dictionary.
+TEST_F(ImportedFixture, GenerateReplacesUnknownWords) {
+  testing::TempDir tmp;
+  const std::string unks = generate_sample({"--print-alignment", "--unkpen", "-10"});
+  const std::string copied = generate_sample({"--print-alignment", "--unkpen", "-10", "--replace-unk"});
   auto with_unk = sentences(unks), replaced = sentences(copied);
   std::string dict_lines;
   int unk_words = 0;
@@ -506,7 +518,7 @@ print(' '.join(','.join('%.6f' % w for w in row) for row in attn.tolist()))
   }
   EXPECT_GT(unk_words, 0) << unks;
   const std::string translated =
-      generate({"--print-alignment", "--unkpen", "-10", "--replace-unk", tmp.write("align.txt", dict_lines)});
+      generate_sample({"--print-alignment", "--unkpen", "-10", "--replace-unk", tmp.write("align.txt", dict_lines)});
   EXPECT_EQ(count_lines(translated, "H-"), 10);
   int translated_words = 0;
   for (const auto& [i, s] : sentences(translated)) {
@@ -516,10 +528,13 @@ print(' '.join(','.join('%.6f' % w for w in row) for row in attn.tolist()))
   EXPECT_EQ(translated_words, unk_words);
   // D- lines carry the same text.
   EXPECT_EQ(count_lines(translated, "D-"), 10);
+}
 
-  // fairseq-cpp-interactive: a source word outside the dictionary ("猫猫", whose piece is <unk>
-  // there) keeps its own text in the S- line, and each <unk> of the hypothesis becomes the input
-  // piece its A- pair names.
+// fairseq-cpp-interactive --replace-unk: a source word outside the dictionary ("猫猫", whose piece
+// is <unk> there) keeps its own text in the S- line, and each <unk> of the hypothesis becomes the
+// input piece its A- pair names.
+TEST_F(ImportedFixture, InteractiveReplacesUnknownWords) {
+  testing::TempDir tmp;
   const std::vector<std::string> interactive =
       interactive_with({"--remove-bpe", "none", "--print-alignment", "--unkpen", "-10"});
   const std::string input = "A dog named 猫猫 runs on the grass.\n";

@@ -59,31 +59,29 @@ std::vector<std::string> split_tabs(const std::string& line) {
   return fields;
 }
 
-TEST(TensorBoardReadBack, TensorBoardReadsEveryScalar) {
-  testing::TempDir dir;
-  const std::string logdir = dir.path() + "/tb";
-  Scalars expected;
-  auto expect = [&expected](const std::string& run, const std::string& tag, int64_t step, double value) {
-    expected[run + "/" + tag].push_back(entry(step, static_cast<float>(value)));
-  };
+// Adds a point to what TensorBoard must read back for `run`'s `tag`.
+void expect(Scalars& expected, const std::string& run, const std::string& tag, int64_t step, double value) {
+  expected[run + "/" + tag].push_back(entry(step, static_cast<float>(value)));
+}
 
-  // The writer directly: negative, tiny, subnormal, huge, infinite and NaN values, 4.2 (not a
-  // float), steps 0, negative and going back (which TensorBoard keeps for file_version 2).
-  {
-    EventWriter writer(logdir + "/direct");
-    const std::vector<std::pair<int64_t, double>> points = {
-        {0, 4.2}, {1, -7.25}, {2, 1e-30}, {3, -1e-42}, {4, 3e38}, {5, -0.0}, {-3, 0.1}, {10, INFINITY}, {7, NAN}};
-    for (const auto& [step, value] : points) {
-      writer.add_scalar("value", value, step);
-      expect("direct", "value", step, value);
-    }
-    writer.add_scalar("other tag", 1.0 / 3, 1'000'000'000'000);
-    expect("direct", "other tag", 1'000'000'000'000, 1.0 / 3);
-    writer.flush();
+// The writer directly: negative, tiny, subnormal, huge, infinite and NaN values, 4.2 (not a
+// float), steps 0, negative and going back (which TensorBoard keeps for file_version 2).
+void write_directly(const std::string& logdir, Scalars& expected) {
+  EventWriter writer(logdir + "/direct");
+  const std::vector<std::pair<int64_t, double>> points = {{0, 4.2},  {1, -7.25}, {2, 1e-30},     {3, -1e-42}, {4, 3e38},
+                                                          {5, -0.0}, {-3, 0.1},  {10, INFINITY}, {7, NAN}};
+  for (const auto& [step, value] : points) {
+    writer.add_scalar("value", value, step);
+    expect(expected, "direct", "value", step, value);
   }
+  writer.add_scalar("other tag", 1.0 / 3, 1'000'000'000'000);
+  expect(expected, "direct", "other tag", 1'000'000'000'000, 1.0 / 3);
+  writer.flush();
+}
 
-  // Through the progress bars, as training logs: train_inner every 2 steps, train and two valid
-  // subsets once per epoch, num_updates the step.
+// Through the progress bars, as training logs: train_inner every 2 steps, train and two valid
+// subsets once per epoch, num_updates the step.
+void log_through_progress_bars(const std::string& logdir, Scalars& expected) {
   ProgressOptions o;
   o.format = LogFormat::json;
   o.log_interval = 2;
@@ -100,22 +98,30 @@ TEST(TensorBoardReadBack, TensorBoardReadsEveryScalar) {
       bar->log({{"loss", loss, 3}, {"lr", lr, -1}, {"num_updates", static_cast<double>(updates), 0}}, step,
                "train_inner");
       if (step % 2 == 0) {
-        expect("train_inner", "loss", updates, loss);
-        expect("train_inner", "lr", updates, lr);
+        expect(expected, "train_inner", "loss", updates, loss);
+        expect(expected, "train_inner", "lr", updates, lr);
       }
     }
     bar->print({{"loss", 3.3 / epoch, 3}, {"num_updates", static_cast<double>(updates), 0}}, "train");
-    expect("train", "loss", updates, 3.3 / epoch);
+    expect(expected, "train", "loss", updates, 3.3 / epoch);
     for (const std::string subset : {"valid", "valid_de"}) {
       o.prefix = fmt::format("epoch {:03d} | valid on '{}' subset", epoch, subset);
       make_progress_bar(o)->print(
           {{"loss", -2.5 * epoch, 3}, {"ppl", 1e-7 * epoch, 2}, {"num_updates", static_cast<double>(updates), 0}},
           subset);
-      expect(subset, "loss", updates, -2.5 * epoch);
-      expect(subset, "ppl", updates, 1e-7 * epoch);
+      expect(expected, subset, "loss", updates, -2.5 * epoch);
+      expect(expected, subset, "ppl", updates, 1e-7 * epoch);
       o.prefix.clear();
     }
   }
+}
+
+TEST(TensorBoardReadBack, TensorBoardReadsEveryScalar) {
+  testing::TempDir dir;
+  const std::string logdir = dir.path() + "/tb";
+  Scalars expected;
+  write_directly(logdir, expected);
+  log_through_progress_bars(logdir, expected);
 
   std::string script = dir.write("read_back.py", kReadBack);
   auto result = testing::run({FSQ_REQUIREMENTS_PYTHON, script, logdir});

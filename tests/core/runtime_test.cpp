@@ -47,7 +47,8 @@ TEST(Runtime, DefaultThreadsShareTheCoresAmongLocalProcesses) {
 // Debian's OpenBLAS (the pthread build) keeps a thread pool of its own, which at::set_num_threads
 // does not size: a worker with one intra-op thread ran its GEMMs on two threads.
 TEST(Runtime, TheBlasThreadsFollowTheIntraOpThreads) {
-  if (blas_threads() == 0) GTEST_SKIP() << "the BLAS loaded here has no thread count of its own";
+  const int blas_before = blas_threads();
+  if (blas_before == 0) GTEST_SKIP() << "the BLAS loaded here has no thread count of its own";
   const int before = at::get_num_threads();
   for (int threads : {1, 2}) {
     configure_cpu_threads(threads, 1);
@@ -55,7 +56,8 @@ TEST(Runtime, TheBlasThreadsFollowTheIntraOpThreads) {
   }
   EXPECT_EQ(set_blas_threads(1), 2) << "returns the count before";
   EXPECT_EQ(blas_threads(), 1);
-  configure_cpu_threads(before, 1);
+  at::set_num_threads(before);
+  set_blas_threads(blas_before);
 }
 
 TEST(Runtime, BlasProbeMeasuresAndNamesTheLibrary) {

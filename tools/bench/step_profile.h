@@ -261,8 +261,8 @@ inline void add_in_window(const Recording& r, Activity activity, std::vector<Act
 }
 
 // A kernel's launcher: the op, its inputs' dtypes and the autograd node it ran in, as
-// "aten::add_(Float,BFloat16) in AccumulateGrad" (the node tells a gradient's accumulation from
-// the forward's own add_, the dtypes a cast from a copy).
+// "aten::add_(float,c10::BFloat16,Scalar) in AccumulateGrad" (the node tells a gradient's
+// accumulation from the forward's own add_, the dtypes a cast from a copy).
 inline std::string launcher_label(const std::vector<Op>& all, const Op& op) {
   std::string label = op.name + (op.dtypes.empty() ? "" : "(" + op.dtypes + ")");
   for (int p = op.parent; p >= 0; p = all[p].parent)

@@ -52,7 +52,7 @@ for d in "$dest"/debs/*.deb; do dpkg -x "$d" "$dest/prefix"; done
 # sources and 3 of programs took the carry to 65 MiB of the 64 allowed).
 rm -rf "$dest/debs" "$dest/prefix/usr/share/doc" "$dest/prefix/usr/share/man" "$dest/prefix/usr/share/locale" \
   "$dest/prefix/usr/src"
-find "$dest/prefix/usr/bin" -mindepth 1 ! -name eu-stack -delete
+[ ! -d "$dest/prefix/usr/bin" ] || find "$dest/prefix/usr/bin" -mindepth 1 ! -name eu-stack -delete
 # The shared libraries are what the build links; the static archives (but GoogleTest's, which has
 # no other) only weigh on the 64 MiB that travel.
 find "$dest/prefix" -name '*.a' ! -name 'libgtest*' ! -name 'libgmock*' -delete
@@ -87,12 +87,13 @@ elif [ "$cpu_reference" = 1 ]; then
   rm -rf "$logs"
 fi
 carried=$(du -cb "$dest" "$fx/checkpoint_best.pt" "$fx/data-bin" "$fx/generate-test-beam5.txt" | tail -1 | cut -f1)
-tree=$(git ls-files -z | du -cb --files0-from=- | tail -1 | cut -f1)
-echo "ready: $dest ($(du -sh "$dest" | cut -f1)), commit $head$([ -f "$dest/cpu-fp32-loss" ] && echo ", CPU fp32 loss $(cut -d' ' -f1 "$dest/cpu-fp32-loss")")"
-echo "travels: $(( (carried + tree) / 1048576 )) MiB of 64 (the tree $(( tree / 1048576 )) MiB)"
+# What travels with the tree: the tracked files and the untracked ones git does not ignore.
+tree=$(git ls-files -z --cached --others --exclude-standard | du -cb --files0-from=- | tail -1 | cut -f1)
 if (( carried + tree > 64 * 1048576 )); then
-  echo "prepare.sh: what the run carries is over the device's 64 MiB: it would not travel" >&2
+  echo "prepare.sh: the run would carry $(( (carried + tree) / 1048576 )) MiB, over the device's 64: it would not travel" >&2
   exit 1
 fi
+echo "ready: $dest ($(du -sh "$dest" | cut -f1)), commit $head$([ -f "$dest/cpu-fp32-loss" ] && echo ", CPU fp32 loss $(cut -d' ' -f1 "$dest/cpu-fp32-loss")")"
+echo "travels: $(( (carried + tree) / 1048576 )) MiB of 64 (the tree $(( tree / 1048576 )) MiB)"
 echo "device run: command 'BUDGET_S=400 LIMIT_S=540 RESULTS=\$OUT tools/gpu/run.sh /tmp/gpu-logs', timeout_s 600, carry [\".gpu-deps\", \"$fx/checkpoint_best.pt\"," \
   "\"$fx/data-bin\", \"$fx/generate-test-beam5.txt\"]"

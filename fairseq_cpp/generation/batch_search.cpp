@@ -24,7 +24,7 @@ class SingleThreadedKernels {
   }
   ~SingleThreadedKernels() {
     at::set_num_threads(aten_threads_);
-    if (blas_threads_ > 0) core::set_blas_threads(blas_threads_);
+    core::set_blas_threads(blas_threads_);  // a no-op where the BLAS has no count of its own
   }
   SingleThreadedKernels(const SingleThreadedKernels&) = delete;
   SingleThreadedKernels& operator=(const SingleThreadedKernels&) = delete;
